@@ -1,0 +1,54 @@
+"""Every error the program reports, and the exit code each one means (SPEC §10)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit statuses; the systemd unit's RestartPreventExitStatus is rendered from these."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    GAVE_UP = 69  # EX_UNAVAILABLE: a breaker tripped; restarting would burn quota
+    LOCKED = 73  # EX_CANTCREAT: another serve holds the lock
+    CONFIG = 78  # EX_CONFIG: bad config, or a required sandbox is not achievable
+
+
+class AgentRunnerError(Exception):
+    """Base of every error the CLI turns into a one-line message and an exit code."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+
+class ConfigError(AgentRunnerError):
+    """The configuration file is missing, unreadable or invalid."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class ConfinementUnavailable(AgentRunnerError):
+    """`sandbox = "require"` asked for a tier this host cannot enforce."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class LockHeld(AgentRunnerError):
+    """Another serve already supervises this project."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class GaveUp(AgentRunnerError):
+    """A breaker tripped: crash loop, no progress, or failed authentication."""
+
+    exit_code = ExitCode.GAVE_UP
+
+
+class GitError(AgentRunnerError):
+    """A git command failed or timed out; the work tree was left as it was."""
+
+
+class EventLogError(AgentRunnerError):
+    """The event log cannot be written safely (symlink, read-only directory)."""

@@ -1,0 +1,40 @@
+"""Test doubles shared by unit and integration tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RecordedEvents:
+    """An `emit` callable that keeps every event in memory."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self.events.append({"event": kind, **fields})
+
+    def kinds(self) -> list[str]:
+        return [e["event"] for e in self.events]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == kind]
+
+
+@dataclass
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    wall: float = 1_800_000_000.0
+    mono: float = 1000.0
+
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
