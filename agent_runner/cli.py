@@ -1,0 +1,208 @@
+"""The `agent-runner` command line; the only place errors become exit codes.
+
+Subcommands import their modules lazily so `--help` and `--version` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from agent_runner import __version__
+from agent_runner.errors import AgentRunnerError, ExitCode
+
+if TYPE_CHECKING:
+    from agent_runner.config import Config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(func: F) -> F:
+    """`--config PATH` on every command (default: agent-runner.toml found upward)."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Config file (default: agent-runner.toml here or in a parent folder).",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+
+
+def load(config_path: Path | None) -> Config:
+    from agent_runner.config import load_config
+
+    return load_config(config_path)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agent-runner")
+def cli() -> None:
+    """Restart-on-exit supervisor for autonomous coding agents."""
+
+
+@cli.command()
+@click.option("--preset", default="claude", show_default=True, help="Agent preset.")
+@click.option("--force", is_flag=True, help="Overwrite an existing agent-runner.toml.")
+@config_option
+def init(preset: str, force: bool, config_path: Path | None) -> None:
+    """Write agent-runner.toml and prompts/main.md."""
+    from agent_runner.scaffold import write_project
+
+    target = config_path or Path("agent-runner.toml")
+    for path in write_project(target.absolute(), preset=preset, force=force):
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Run one round, then exit.")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None, help="Stop after N rounds.")
+@config_option
+def serve(once: bool, max_rounds: int | None, config_path: Path | None) -> None:
+    """Run rounds forever (what systemd runs)."""
+    from agent_runner.supervisor.serve import run_serve
+
+    raise SystemExit(run_serve(load(config_path), max_rounds=1 if once else max_rounds))
+
+
+@cli.command(name="round")
+@config_option
+def round_command(config_path: Path | None) -> None:
+    """Run exactly one round in the foreground."""
+    from agent_runner.supervisor.serve import run_serve
+
+    raise SystemExit(run_serve(load(config_path), max_rounds=1))
+
+
+@cli.command()
+@json_option
+@click.option("--select", default=None, help="Print one value by dotted path, e.g. round.number.")
+@click.option("--events", "event_count", type=click.IntRange(0, 10_000), default=10, show_default=True)
+@config_option
+def peek(as_json: bool, select: str | None, event_count: int, config_path: Path | None) -> None:
+    """Snapshot of the project; read-only."""
+    from agent_runner.observe.peek import render_peek, select_path, snapshot
+
+    snap = snapshot(load(config_path), events=event_count)
+    if select:
+        value = select_path(snap, select)
+        click.echo(json.dumps(value, default=str) if as_json or not isinstance(value, str) else value)
+    elif as_json:
+        print_json(snap)
+    else:
+        click.echo(render_peek(snap))
+
+
+@cli.command()
+@click.option("--kind", "kinds", multiple=True, help="Only this kind (repeatable).")
+@click.option("--round", "round_no", type=int, default=None, help="Only events of this round.")
+@click.option("--since", default=None, help="Only newer events: 10m, 2h, 1d or an ISO time.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
+@json_option
+@config_option
+def events(
+    kinds: tuple[str, ...],
+    round_no: int | None,
+    since: str | None,
+    follow: bool,
+    as_json: bool,
+    config_path: Path | None,
+) -> None:
+    """Query or follow the event log."""
+    from agent_runner.observe.eventquery import EventFilter, format_event, query
+
+    config = load(config_path)
+    wanted = EventFilter.build(kinds=kinds, round_no=round_no, since=since)
+    for event in query(config.runtime.log_dir, wanted, follow=follow):
+        click.echo(json.dumps(event) if as_json else format_event(event))
+
+
+@cli.command()
+@json_option
+@config_option
+def status(as_json: bool, config_path: Path | None) -> None:
+    """Is serve running, and since when."""
+    from agent_runner.observe.peek import render_status, status_report
+
+    report = status_report(load(config_path))
+    if as_json:
+        print_json(report)
+    else:
+        click.echo(render_status(report))
+
+
+@cli.command()
+@click.option("--after-round", is_flag=True, help="Let the current round finish first.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+@config_option
+def stop(after_round: bool, timeout: float, config_path: Path | None) -> None:
+    """Ask the running serve to stop."""
+    from agent_runner.supervisor.control import request_stop
+
+    click.echo(request_stop(load(config_path), after_round=after_round, timeout_s=timeout))
+
+
+@cli.command()
+@json_option
+@config_option
+def doctor(as_json: bool, config_path: Path | None) -> None:
+    """Pre-flight checks, each ok / warn / FAIL with a fix."""
+    from agent_runner.observe.doctor import render_checks, run_checks
+
+    checks = run_checks(config_path)
+    if as_json:
+        print_json([check.to_dict() for check in checks])
+    else:
+        click.echo(render_checks(checks))
+    if any(check.level == "FAIL" for check in checks):
+        raise SystemExit(ExitCode.FAILURE)
+
+
+@cli.command()
+def demo() -> None:
+    """Three rounds of a bundled demo agent in a throwaway repo; no API key needed."""
+    from agent_runner.demo import run_demo
+
+    raise SystemExit(run_demo(echo=click.echo))
+
+
+def main() -> None:
+    """Console-script entry point: run the CLI and map errors to exit codes."""
+    try:
+        cli.main(standalone_mode=False, prog_name="agent-runner")
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(ExitCode.FAILURE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except AgentRunnerError as exc:
+        click.echo(f"agent-runner: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("AGENT_RUNNER_DEBUG"):
+            raise
+        click.echo(
+            f"agent-runner: internal error: {type(exc).__name__}: {exc} "
+            "(set AGENT_RUNNER_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        sys.exit(ExitCode.FAILURE)
+    sys.exit(ExitCode.OK)

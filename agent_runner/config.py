@@ -1,0 +1,412 @@
+"""The `agent-runner.toml` schema as frozen dataclasses, and its strict loader.
+
+Every problem is reported as one `ConfigError` line naming the file, `table.key` and what
+is wrong; unknown keys get a "did you mean" hint. The schema itself is data (`SCHEMA`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from agent_runner.errors import ConfigError
+
+CONFIG_NAME = "agent-runner.toml"
+SCHEMA_VERSION = 1
+PIN_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+DAY_S = 86_400
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the schema: its type, default and bounds."""
+
+    kind: Literal["int", "number", "str", "str_list", "str_table", "any_table"]
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "agent": {
+        "preset": Key("str", None),
+        "command": Key("str_list", None),
+        "prompt_delivery": Key("str", None, choices=("stdin", "argv")),
+        "parser": Key("str", None),
+        "env": Key("str_table", None),
+        "sigterm_grace_s": Key("number", 10, 0.1, 600),
+    },
+    "prompt": {"files": Key("str_list", ["prompts/main.md"])},
+    "runtime": {
+        "work_dir": Key("str", "."),
+        "log_dir": Key("str", ""),
+        "round_budget_s": Key("number", 3600, 1, 7 * DAY_S),
+        "restart_delay_s": Key("number", 5, 0, DAY_S),
+        "max_restart_delay_s": Key("number", 600, 0, 7 * DAY_S),
+        "max_rounds": Key("int", 0, 0, 10**9),
+        "stop_file": Key("str", ""),
+        "stop_mode": Key("str", "terminate", choices=("terminate", "finish_round")),
+    },
+    "breakers": {
+        "crash_loop_rounds": Key("int", 5, 1, 10_000),
+        "crash_window_s": Key("number", 60, 1, DAY_S),
+        "stalled_rounds": Key("int", 10, 1, 10_000),
+        "stall_window_s": Key("number", 30, 1, DAY_S),
+        "auth_failed_rounds": Key("int", 2, 1, 10_000),
+    },
+    "backoff": {
+        "estimated_base_s": Key("number", 60, 1, DAY_S),
+        "estimated_max_s": Key("number", 1800, 1, 8 * DAY_S),
+        "max_wait_s": Key("number", 691_200, 1, 30 * DAY_S),
+    },
+    "vcs": {
+        "dirty_action": Key("str", "stash", choices=("stash", "commit", "ignore")),
+        "dirty_handler": Key("str", "builtin"),
+        "stash_idempotency_s": Key("number", 60, 0, DAY_S),
+    },
+    "plugins": {
+        "disable": Key("str_list", []),
+        "sandbox": Key("str", "prefer", choices=("require", "prefer", "off")),
+        "spawn_override_allow": Key("str_list", []),
+        "hook_timeout_s": Key("number", 10, 1, 120),
+        "max_defer_s": Key("number", 3600, 1, 8 * DAY_S),
+        "quarantine_after": Key("int", 3, 1, 1000),
+        "pin": Key("str_table", {}),
+        "settings": Key("any_table", {}),
+    },
+}
+TOP_LEVEL = ("schema_version", *SCHEMA)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    preset: str | None
+    command: tuple[str, ...]
+    prompt_delivery: Literal["stdin", "argv"]
+    parser: str
+    env: Mapping[str, str]
+    sigterm_grace_s: float
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    work_dir: Path
+    log_dir: Path
+    round_budget_s: float
+    restart_delay_s: float
+    max_restart_delay_s: float
+    max_rounds: int
+    stop_file: Path
+    stop_mode: Literal["terminate", "finish_round"]
+
+
+@dataclass(frozen=True)
+class BreakersConfig:
+    crash_loop_rounds: int
+    crash_window_s: float
+    stalled_rounds: int
+    stall_window_s: float
+    auth_failed_rounds: int
+
+
+@dataclass(frozen=True)
+class BackoffConfig:
+    estimated_base_s: float
+    estimated_max_s: float
+    max_wait_s: float
+
+
+@dataclass(frozen=True)
+class VcsConfig:
+    dirty_action: Literal["stash", "commit", "ignore"]
+    dirty_handler: str
+    stash_idempotency_s: float
+
+
+@dataclass(frozen=True)
+class PluginsConfig:
+    disable: tuple[str, ...]
+    sandbox: Literal["require", "prefer", "off"]
+    spawn_override_allow: tuple[str, ...]
+    hook_timeout_s: float
+    max_defer_s: float
+    quarantine_after: int
+    pin: Mapping[str, str]
+    settings: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    agent: AgentConfig
+    prompt: PromptConfig
+    runtime: RuntimeConfig
+    breakers: BreakersConfig
+    backoff: BackoffConfig
+    vcs: VcsConfig
+    plugins: PluginsConfig
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+
+def find_config(start: Path | None = None) -> Path:
+    """The nearest `agent-runner.toml` in `start` or its parents, like git finds `.git`."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{here / CONFIG_NAME}: no {CONFIG_NAME} here or in any parent folder")
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read and validate a config file; raise ConfigError with one line on any problem."""
+    path = find_config() if path is None else path.absolute()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        document = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(document, path)
+
+
+def parse_config(document: Mapping[str, Any], path: Path) -> Config:
+    """Validate a decoded TOML document against the schema and build a Config."""
+    return _Parser(path).parse(document)
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped inside the package."""
+    folder = resources.files("agent_runner") / "presets"
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The `[agent]` values a preset fills in."""
+    if name not in preset_names():
+        raise KeyError(name)
+    text = (resources.files("agent_runner") / "presets" / f"{name}.toml").read_text("utf-8")
+    values = tomllib.loads(text)
+    command = values.get("command")
+    if isinstance(command, list) and command[1:3] == ["-m", "agent_runner.demo_agent"]:
+        # The demo agent is a module of this package: run it with this very interpreter.
+        values["command"] = [sys.executable, *command[1:]]
+    return values
+
+
+def read_prompt(config: Config) -> bytes:
+    """The prompt for one round: `[prompt] files` concatenated, each read fresh."""
+    parts = []
+    for i, path in enumerate(config.prompt.files):
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{config.path}: prompt.files[{i}]: cannot read {path}: {exc.strerror}") from None
+        if not data.strip():
+            raise ConfigError(f"{config.path}: prompt.files[{i}]: {path} is empty")
+        parts.append(data if data.endswith(b"\n") else data + b"\n")
+    return b"\n".join(parts)
+
+
+def default_log_dir(work_dir: Path) -> Path:
+    """`$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the absolute work_dir>`."""
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    digest = hashlib.sha256(str(work_dir).encode()).hexdigest()[:8]
+    return Path(state_home) / "agent-runner" / f"{work_dir.name or 'root'}-{digest}"
+
+
+class _Parser:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.base = path.parent
+
+    def fail(self, where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {where}: {problem}")
+
+    def parse(self, doc: Mapping[str, Any]) -> Config:
+        for name in doc:
+            if name not in TOP_LEVEL:
+                raise self.fail(name, "unknown table" + _hint(name, TOP_LEVEL))
+        if "schema_version" not in doc:
+            raise self.fail("schema_version", "required (set schema_version = 1)")
+        version = doc["schema_version"]
+        if type(version) is not int or version != SCHEMA_VERSION:
+            raise self.fail("schema_version", f"must be {SCHEMA_VERSION}, got {version!r}")
+        tables = {name: self.table(name, doc.get(name, {})) for name in SCHEMA}
+        return Config(
+            path=self.path,
+            agent=self.agent(tables["agent"]),
+            prompt=PromptConfig(tuple(self.resolve(f) for f in tables["prompt"]["files"])),
+            runtime=self.runtime(tables["runtime"]),
+            breakers=BreakersConfig(**tables["breakers"]),
+            backoff=self.backoff(tables["backoff"]),
+            vcs=self.vcs(tables["vcs"]),
+            plugins=self.plugins(tables["plugins"]),
+        )
+
+    def table(self, name: str, raw: Any) -> dict[str, Any]:
+        if not isinstance(raw, dict):
+            raise self.fail(name, f"must be a table, got {_type_name(raw)}")
+        schema = SCHEMA[name]
+        for key in raw:
+            if key not in schema:
+                raise self.fail(f"{name}.{key}", "unknown key" + _hint(key, schema))
+        return {
+            key: self.value(f"{name}.{key}", spec, raw[key]) if key in raw else spec.default
+            for key, spec in schema.items()
+        }
+
+    def value(self, where: str, spec: Key, raw: Any) -> Any:
+        if spec.kind in ("int", "number"):
+            return self.number(where, spec, raw)
+        if spec.kind == "str":
+            if not isinstance(raw, str):
+                raise self.fail(where, f"must be a string, got {_type_name(raw)}")
+            if spec.choices and raw not in spec.choices:
+                raise self.fail(where, f"must be one of {', '.join(spec.choices)}; got {raw!r}")
+            return raw
+        if spec.kind == "str_list":
+            if not isinstance(raw, list):
+                raise self.fail(where, f"must be a list of strings, got {_type_name(raw)}")
+            for i, item in enumerate(raw):
+                if not isinstance(item, str):
+                    raise self.fail(f"{where}[{i}]", f"must be a string, got {_type_name(item)}")
+            return list(raw)
+        if not isinstance(raw, dict):
+            raise self.fail(where, f"must be a table, got {_type_name(raw)}")
+        if spec.kind == "str_table":
+            for key, item in raw.items():
+                if not isinstance(item, str):
+                    raise self.fail(f"{where}.{key}", f"must be a string, got {_type_name(item)}")
+        return dict(raw)
+
+    def number(self, where: str, spec: Key, raw: Any) -> float | int:
+        wanted = "an integer" if spec.kind == "int" else "a number"
+        ok_types: tuple[type, ...] = (int,) if spec.kind == "int" else (int, float)
+        if isinstance(raw, bool) or not isinstance(raw, ok_types):
+            raise self.fail(where, f"must be {wanted}, got {_type_name(raw)}")
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise self.fail(where, f"must be a finite number, got {raw}")
+        if spec.low is not None and raw < spec.low:
+            raise self.fail(where, f"must be at least {spec.low:g}, got {raw}")
+        if spec.high is not None and raw > spec.high:
+            raise self.fail(where, f"must be at most {spec.high:g}, got {raw}")
+        return raw
+
+    def resolve(self, value: str) -> Path:
+        return Path(os.path.normpath(self.base / Path(value).expanduser()))
+
+    def agent(self, values: dict[str, Any]) -> AgentConfig:
+        preset: dict[str, Any] = {}
+        if values["preset"] is not None:
+            try:
+                preset = load_preset(values["preset"])
+            except KeyError:
+                names = preset_names()
+                raise self.fail(
+                    "agent.preset",
+                    f"unknown preset {values['preset']!r}; known: {', '.join(names)}"
+                    + _hint(values["preset"], names),
+                ) from None
+        merged = {key: preset.get(key) if values[key] is None else values[key] for key in values}
+        merged["env"] = {**preset.get("env", {}), **(values["env"] or {})}
+        if not merged["command"]:
+            raise self.fail("agent.command", "required: a non-empty list (or set agent.preset)")
+        if not merged["parser"]:
+            raise self.fail("agent.parser", "required when no preset names one (e.g. 'none')")
+        if not NAME_RE.match(merged["parser"]):
+            raise self.fail("agent.parser", f"not a parser or plugin name: {merged['parser']!r}")
+        return AgentConfig(
+            preset=values["preset"],
+            command=tuple(merged["command"]),
+            prompt_delivery=merged["prompt_delivery"] or "stdin",
+            parser=merged["parser"],
+            env=merged["env"],
+            sigterm_grace_s=float(merged["sigterm_grace_s"]),
+        )
+
+    def runtime(self, values: dict[str, Any]) -> RuntimeConfig:
+        work_dir = self.resolve(values["work_dir"])
+        log_dir = self.resolve(values["log_dir"]) if values["log_dir"] else default_log_dir(work_dir)
+        if values["max_restart_delay_s"] < values["restart_delay_s"]:
+            raise self.fail(
+                "runtime.max_restart_delay_s",
+                f"must be at least restart_delay_s ({values['restart_delay_s']})",
+            )
+        stop_file = self.resolve(values["stop_file"]) if values["stop_file"] else log_dir / "STOP"
+        return RuntimeConfig(
+            work_dir=work_dir,
+            log_dir=log_dir,
+            round_budget_s=float(values["round_budget_s"]),
+            restart_delay_s=float(values["restart_delay_s"]),
+            max_restart_delay_s=float(values["max_restart_delay_s"]),
+            max_rounds=values["max_rounds"],
+            stop_file=stop_file,
+            stop_mode=values["stop_mode"],
+        )
+
+    def backoff(self, values: dict[str, Any]) -> BackoffConfig:
+        if values["estimated_max_s"] < values["estimated_base_s"]:
+            raise self.fail("backoff.estimated_max_s", "must be at least estimated_base_s")
+        return BackoffConfig(**{k: float(v) for k, v in values.items()})
+
+    def vcs(self, values: dict[str, Any]) -> VcsConfig:
+        if not NAME_RE.match(values["dirty_handler"]):
+            raise self.fail("vcs.dirty_handler", f"not a plugin name: {values['dirty_handler']!r}")
+        return VcsConfig(
+            dirty_action=values["dirty_action"],
+            dirty_handler=values["dirty_handler"],
+            stash_idempotency_s=float(values["stash_idempotency_s"]),
+        )
+
+    def plugins(self, values: dict[str, Any]) -> PluginsConfig:
+        for name, pin in values["pin"].items():
+            if not PIN_RE.match(pin):
+                raise self.fail(f"plugins.pin.{name}", 'must look like "sha256:<64 lowercase hex>"')
+        for name, table in values["settings"].items():
+            if not isinstance(table, dict):
+                raise self.fail(f"plugins.settings.{name}", "must be a table")
+        return PluginsConfig(
+            disable=tuple(values["disable"]),
+            sandbox=values["sandbox"],
+            spawn_override_allow=tuple(values["spawn_override_allow"]),
+            hook_timeout_s=float(values["hook_timeout_s"]),
+            max_defer_s=float(values["max_defer_s"]),
+            quarantine_after=values["quarantine_after"],
+            pin=dict(values["pin"]),
+            settings={name: dict(table) for name, table in values["settings"].items()},
+        )
+
+
+def _hint(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names |= {list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,326 @@
+"""The event-kind registry, the JSONL event log writer and its readers (SPEC §7).
+
+Only the supervisor writes events; every line is one `write(2)` on a descriptor opened
+`O_APPEND | O_NOFOLLOW`, so concurrent readers never see half an event they cannot skip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent_runner.clock import SYSTEM_CLOCK, Clock
+from agent_runner.errors import EventLogError
+
+Emit = Callable[..., None]
+FILE_GLOB = "events-*.jsonl"
+_READ_BLOCK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An event kind: its required fields and what it means."""
+
+    name: str
+    fields: tuple[str, ...]
+    doc: str
+
+
+def _kinds(*specs: tuple[str, str, str]) -> dict[str, Kind]:
+    return {name: Kind(name, tuple(f.split()), doc) for name, f, doc in specs}
+
+
+REGISTRY: dict[str, Kind] = _kinds(
+    ("serve_start", "pid version work_dir log_dir", "serve booted and holds the lock"),
+    ("serve_stop", "reason rounds", "serve is exiting; reason says why"),
+    ("config_broken", "reason", "the config could not be loaded at boot"),
+    ("round_start", "round", "a round begins (gates passed)"),
+    ("agent_spawn", "round pid pgid argv transcript", "the agent process was started"),
+    ("agent_exit", "round exit_code signal exit_cause duration_s", "the agent exited"),
+    ("round_timeout_kill", "round budget_s", "the round hit its budget; the group is killed"),
+    ("round_leftovers_reaped", "round pids", "descendants left after the round were killed"),
+    ("round_orphan_reaped", "round pgid pids", "a previous serve's agent group was killed"),
+    ("round_end", "round exit_cause duration_s", "the round is over, tree secured"),
+    ("round_deferred", "round defer_s reason", "a spawn hook deferred the round"),
+    ("round_resumed", "round", "a deferred round goes ahead"),
+    ("round_skipped", "round reason", "a spawn hook skipped the round"),
+    ("stop_requested", "source mode", "a stop was asked for (signal, command, file)"),
+    ("config_reloaded", "changed", "config edits applied from the next round"),
+    ("config_reload_deferred", "changed", "config edits that wait for a restart"),
+    ("config_reload_failed", "reason", "the edited config is invalid; the old one stays"),
+    ("stop_file_detected", "path", "the stop file exists"),
+    ("max_rounds_reached", "rounds", "max_rounds rounds have run"),
+    ("transient_error_detected", "round classification reset_at detail", "rate limit or 5xx"),
+    ("backoff_wait", "classification until wait_s source", "waiting out a transient error"),
+    ("backoff_recovered", "round classification", "the first good round after a back-off"),
+    (
+        "agent_usage_recorded",
+        "round model input_tokens output_tokens cache_read_tokens cache_creation_tokens cost_usd",
+        "usage as the agent reported it",
+    ),
+    ("agent_auth_error_detected", "round reason", "the transcript shows an auth failure"),
+    ("crash_loop", "count reason", "gave up: fast failing rounds in a row"),
+    ("stalled_no_progress", "count reason", "gave up: fast clean rounds that changed nothing"),
+    ("auth_failed", "count reason", "gave up: authentication keeps failing"),
+    ("dirty_detected", "round files count", "the tree has uncommitted work after a round"),
+    ("orphan_stashed", "round ref", "the work was stashed; ref is the stash commit SHA"),
+    ("orphan_idempotent_skip", "round ref", "identical work was stashed moments ago"),
+    ("dirty_auto_committed", "round ref files", "the work was committed"),
+    ("dirty_ignored", "round reason", "the work was left in the tree"),
+    ("dirty_action_failed", "round action reason", "securing the work failed; it stays on disk"),
+    ("hook_failed", "hook plugin cause", "a plugin hook call failed"),
+    ("plugin_admitted", "name dist version pin families tier", "a plugin was admitted"),
+    ("plugin_disabled", "name", "a plugin is disabled in config and was not imported"),
+    ("plugin_refused", "name reason", "a plugin was refused"),
+    ("plugin_builtin_name_squat", "name dist", "a third party claims a builtin's name"),
+    ("plugin_checksum_mismatch", "name expected actual", "a plugin's files do not match its pin"),
+    ("plugin_sandbox_degraded", "requested achieved_tier reason", "confinement below full"),
+    ("plugin_sandbox_kill", "hook signal syscall", "seccomp killed a plugin call"),
+    ("plugin_call_timeout", "hook timeout_s", "a plugin call hit its deadline"),
+    ("plugin_quarantined", "name reason", "a plugin failed too often; no more calls"),
+    ("plugin_spawn_decision", "hook action defer_s reason", "a spawn hook's decision"),
+    ("plugin_spawn_override_ignored", "hook action", "a defer/skip from a plugin not allowed to"),
+)
+
+_SECRET_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}"),
+    re.compile(r"\b(?:ghp|gho|ghu|ghs|github_pat|xox[abprs]|AIza)[A-Za-z0-9_\-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+)
+REDACTED = "[REDACTED]"
+
+
+def redact(text: str) -> str:
+    """Text with API-key and bearer-token shapes replaced by [REDACTED]."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def format_ts(epoch: float) -> str:
+    """`2026-11-30T18:41:30.033Z`: UTC with milliseconds."""
+    millis = int(epoch * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
+
+
+class EventLog:
+    """Appends events to `<log_dir>/events-YYYY-MM.jsonl`; refuses to follow symlinks."""
+
+    def __init__(
+        self, log_dir: Path, *, clock: Clock = SYSTEM_CLOCK, echo: Callable[[str], None] | None = None
+    ) -> None:
+        self.log_dir = log_dir
+        self.clock = clock
+        self.echo = echo
+        self.plugin_kinds: set[str] = set()
+        self._fd: int | None = None
+        self._month = ""
+        self._write_failed = False
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise EventLogError(f"{log_dir}: cannot create log_dir: {exc.strerror}") from None
+        if not os.access(log_dir, os.W_OK):
+            raise EventLogError(f"{log_dir}: log_dir is not writable")
+        self._logger = structlog.wrap_logger(
+            self,
+            processors=[self._stamp, _check_kind_processor(self), _redact_processor, _render],
+            wrapper_class=structlog.BoundLogger,
+            context_class=dict,
+            cache_logger_on_first_use=True,
+        )
+
+    def allow_plugin_kinds(self, plugin: str, kinds: Iterator[str] | tuple[str, ...]) -> None:
+        """Accept `<plugin>.<kind>` events for these kinds."""
+        self.plugin_kinds.update(f"{plugin}.{kind}" for kind in kinds)
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Write one event; an unknown kind or a missing field raises ValueError (a bug)."""
+        self._logger.msg(kind, **fields)
+
+    def msg(self, line: str) -> None:
+        """structlog's sink: write one rendered line."""
+        data = (line + "\n").encode("utf-8")
+        try:
+            fd = self._open(line[len('{"ts":"') :][:7])  # "YYYY-MM" of the UTC timestamp
+            os.write(fd, data)
+        except (OSError, EventLogError) as exc:
+            if not self._write_failed:
+                self._write_failed = True
+                print(f"agent-runner: cannot write events: {exc}", file=sys.stderr)
+            return
+        self._write_failed = False
+        if self.echo is not None:
+            self.echo(line)
+
+    def _stamp(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        kind = event_dict.pop("event")
+        return {"ts": format_ts(self.clock.now()), "event": kind, **event_dict}
+
+    def _open(self, month: str) -> int:
+        if self._fd is not None and month == self._month:
+            return self._fd
+        self.close()
+        path = self.log_dir / f"events-{month}.jsonl"
+        # Read access only to check the last byte; every write still appends.
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            if os.path.islink(path):
+                raise EventLogError(f"{path}: refusing to write events through a symlink") from None
+            raise EventLogError(f"{path}: cannot open: {exc.strerror}") from None
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            # A torn last line (a crash mid-write elsewhere): never glue our event onto it.
+            os.write(fd, b"\n")
+        self._fd, self._month = fd, month
+        return fd
+
+    def close(self) -> None:
+        """Close the current events file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _check_kind_processor(log: EventLog) -> Callable[[Any, str, dict[str, Any]], dict[str, Any]]:
+    def check(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        check_event(event_dict, log.plugin_kinds)
+        return event_dict
+
+    return check
+
+
+def check_event(event: dict[str, Any], plugin_kinds: set[str] | frozenset[str] = frozenset()) -> None:
+    """Raise ValueError unless `event` is a registered kind carrying exactly its fields."""
+    name = event.get("event")
+    if name in plugin_kinds:
+        return
+    if name not in REGISTRY:
+        raise ValueError(f"unregistered event kind {name!r}")
+    given = set(event) - {"event", "ts"}
+    wanted = set(REGISTRY[name].fields)
+    if given != wanted:
+        raise ValueError(f"event {name}: missing {sorted(wanted - given)}, extra {sorted(given - wanted)}")
+
+
+def _redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    return {key: _redact_value(value) for key, value in event_dict.items()}
+
+
+def _render(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
+    return json.dumps(event_dict, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def parse_line(line: bytes) -> dict[str, Any] | None:
+    """One event from one line, or None for a torn or malformed line."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        return None
+    return event
+
+
+def event_files(log_dir: Path) -> list[Path]:
+    """The monthly event files, oldest first (the names sort by month)."""
+    try:
+        return sorted(p for p in log_dir.glob(FILE_GLOB) if not p.is_symlink())
+    except OSError:
+        return []
+
+
+def iter_events(log_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every readable event, oldest first, skipping torn and malformed lines."""
+    for path in event_files(log_dir):
+        try:
+            with open(path, "rb") as handle:
+                for line in handle:
+                    event = parse_line(line)
+                    if event is not None:
+                        yield event
+        except OSError:
+            continue
+
+
+def tail_events(log_dir: Path, count: int) -> list[dict[str, Any]]:
+    """The last `count` events, read backwards from the end: cost does not grow with the log."""
+    found: list[dict[str, Any]] = []
+    for path in reversed(event_files(log_dir)):
+        if len(found) >= count:
+            break
+        found[:0] = _tail_file(path, count - len(found))
+    return found[-count:] if count else []
+
+
+def _tail_file(path: Path, count: int) -> list[dict[str, Any]]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        end = os.fstat(fd).st_size
+        buffer = b""
+        events: list[dict[str, Any]] = []
+        while end > 0 and len(events) < count:
+            start = max(0, end - _READ_BLOCK)
+            buffer = os.pread(fd, end - start, start) + buffer
+            end = start
+            lines = buffer.split(b"\n")
+            # The first piece may be the tail of a line that starts in an earlier block.
+            buffer = lines[0] if end > 0 else b""
+            complete = lines[1:] if end > 0 else lines
+            parsed = [e for e in map(parse_line, complete) if e is not None]
+            events = parsed + events
+        return events[-count:]
+    finally:
+        os.close(fd)
+
+
+def render_docs() -> str:
+    """docs/events.md, generated from the registry."""
+    lines = [
+        "# Events",
+        "",
+        "Generated from `agent_runner.events.REGISTRY` by `python -m agent_runner.events`;",
+        "a test fails when this file is stale. Every line of `events-YYYY-MM.jsonl` is one",
+        'JSON object with `ts` (UTC, milliseconds) and `event` (the kind) plus the fields',
+        "below. Fields are append-only across versions. Plugin events are named",
+        "`<plugin>.<kind>`.",
+        "",
+        "| kind | fields | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for kind in REGISTRY.values():
+        fields = ", ".join(f"`{f}`" for f in kind.fields)
+        lines.append(f"| `{kind.name}` | {fields} | {kind.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_docs())

@@ -1,0 +1,67 @@
+"""`agent-runner init`: write a starter `agent-runner.toml` (tomli-w) and `prompts/main.md`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from agent_runner.config import SCHEMA_VERSION, load_config, preset_names
+from agent_runner.errors import ConfigError
+
+STARTER_PROMPT = """\
+You are working unattended in this git repository, supervised by agent-runner.
+
+Pick the next most useful small task, do it, run the tests, and commit your work with a
+clear message. If everything is done, say so and exit.
+"""
+
+
+def starter_document(preset: str) -> dict[str, Any]:
+    """The config `init` writes: the preset plus the settings an operator edits first."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "agent": {"preset": preset},
+        "prompt": {"files": ["prompts/main.md"]},
+        "runtime": {
+            "work_dir": ".",
+            "round_budget_s": 3600,
+            "restart_delay_s": 5,
+            "max_restart_delay_s": 600,
+            "max_rounds": 0,
+            "stop_mode": "terminate",
+        },
+        "vcs": {"dirty_action": "stash"},
+        "plugins": {"sandbox": "prefer"},
+    }
+
+
+def write_project(config_path: Path, *, preset: str, force: bool, **runtime: Any) -> list[Path]:
+    """Write the config and the starter prompt; refuse to overwrite without `force`."""
+    if preset not in preset_names():
+        raise ConfigError(f"unknown preset {preset!r}; known: {', '.join(preset_names())}")
+    if config_path.exists() and not force:
+        raise ConfigError(f"{config_path}: already exists (use --force to overwrite)")
+    document = starter_document(preset)
+    document["runtime"].update(runtime)
+    written = [config_path]
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(config_path, tomli_w.dumps(document).encode())
+    prompt = config_path.parent / "prompts" / "main.md"
+    if not prompt.exists() or force:
+        prompt.parent.mkdir(parents=True, exist_ok=True)
+        prompt.write_text(STARTER_PROMPT, encoding="utf-8")
+        written.append(prompt)
+    load_config(config_path)  # what init writes must load
+    return written
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
