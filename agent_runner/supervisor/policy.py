@@ -1,0 +1,133 @@
+"""Pure loop policy: restart delay, breakers and back-off from the outcome of each round.
+
+No I/O and no clock: every function takes "now" and returns new state plus a decision,
+so the whole policy is replayable from a list of outcomes in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from agent_runner.config import BackoffConfig, BreakersConfig
+
+SERVER_JITTER_MAX_S = 5.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The config values the policy reads."""
+
+    restart_delay_s: float
+    max_restart_delay_s: float
+    breakers: BreakersConfig
+    backoff: BackoffConfig
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one round showed, as far as the policy cares."""
+
+    exit_cause: str  # clean | error | timeout | signal:NAME | stopped
+    duration_s: float
+    progressed: bool  # a new commit, or work left in the tree
+    transient: str | None = None  # classification
+    reset_at: float | None = None  # server-given reset time (epoch seconds)
+    auth_error: bool = False
+    reason: str = ""  # short, redacted tail of the transcript for breaker events
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Counters carried from round to round (and across restarts, via state.json)."""
+
+    failures: int = 0  # failed rounds in a row: drives the restart delay
+    crash_streak: int = 0
+    stall_streak: int = 0
+    auth_streak: int = 0
+    transient_streaks: Mapping[str, int] = field(default_factory=dict)
+    backoff_until: float | None = None
+    backoff_class: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the loop does next."""
+
+    action: Literal["continue", "backoff", "give_up"]
+    delay_s: float = 0.0  # restart delay before the next round (continue)
+    until: float | None = None  # back-off end, epoch seconds (backoff)
+    source: Literal["server", "estimated"] | None = None
+    breaker: Literal["crash_loop", "stalled_no_progress", "auth_failed"] | None = None
+    count: int = 0
+    recovered: str | None = None  # a back-off class this round recovered from
+
+
+def restart_delay(failures: int, limits: Limits) -> float:
+    """Seconds to wait before the next round after `failures` failed rounds in a row."""
+    if failures == 0:
+        return limits.restart_delay_s
+    # Doubling with a ceiling: a broken agent costs at most one start per max delay.
+    return min(limits.restart_delay_s * 2**failures, limits.max_restart_delay_s)
+
+
+def backoff_until(
+    classification: str, streak: int, reset_at: float | None, now: float, jitter_s: float, b: BackoffConfig
+) -> tuple[float, Literal["server", "estimated"]]:
+    """When the `streak`-th consecutive transient of a class may retry, and who said so."""
+    latest = now + b.max_wait_s
+    if reset_at is not None:
+        # The server knows when the quota refills: obey it, spread a little, never past the cap.
+        return min(max(reset_at, now) + jitter_s, latest), "server"
+    wait = min(b.estimated_base_s * 2 ** (streak - 1), b.estimated_max_s)
+    return min(now + wait, latest), "estimated"
+
+
+def decide(
+    state: LoopState, outcome: Outcome, limits: Limits, *, now: float, jitter_s: float = 0.0
+) -> tuple[LoopState, Decision]:
+    """The state after `outcome` and what to do next. `jitter_s` is in [0, 5)."""
+    b = limits.breakers
+    auth_streak = state.auth_streak + 1 if outcome.auth_error else 0
+    if outcome.auth_error and auth_streak >= b.auth_failed_rounds:
+        new = replace(state, auth_streak=auth_streak)
+        return new, Decision("give_up", breaker="auth_failed", count=auth_streak)
+
+    if outcome.transient is not None:
+        streak = state.transient_streaks.get(outcome.transient, 0) + 1
+        until, source = backoff_until(
+            outcome.transient, streak, outcome.reset_at, now, jitter_s, limits.backoff
+        )
+        new = replace(
+            state,
+            auth_streak=auth_streak,
+            transient_streaks={**state.transient_streaks, outcome.transient: streak},
+            backoff_until=until,
+            backoff_class=outcome.transient,
+        )
+        # A rate-limited round is not a crash: crash and stall counters stay as they were.
+        return new, Decision("backoff", until=until, source=source)
+
+    recovered = state.backoff_class
+    failed = outcome.exit_cause not in ("clean", "stopped")
+    fast_failure = failed and outcome.duration_s < b.crash_window_s
+    crash_streak = state.crash_streak + 1 if fast_failure else 0
+    idle = (
+        outcome.exit_cause == "clean"
+        and outcome.duration_s < b.stall_window_s
+        and not outcome.progressed
+    )
+    stall_streak = state.stall_streak + 1 if idle else 0
+    failures = state.failures + 1 if failed else 0
+    new = LoopState(
+        failures=failures,
+        crash_streak=crash_streak,
+        stall_streak=stall_streak,
+        auth_streak=auth_streak,
+    )
+    if crash_streak >= b.crash_loop_rounds:
+        return new, Decision("give_up", breaker="crash_loop", count=crash_streak)
+    if stall_streak >= b.stalled_rounds:
+        return new, Decision("give_up", breaker="stalled_no_progress", count=stall_streak)
+    return new, Decision("continue", delay_s=restart_delay(failures, limits), recovered=recovered)
