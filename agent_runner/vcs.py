@@ -1,0 +1,376 @@
+"""Every git call the supervisor makes, hardened against repository-controlled programs.
+
+All of them go through `run_git`: fixed `-c` overrides, a scrubbed environment, every
+filter driver the configuration defines switched off, a timeout that kills git's whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_runner.errors import GitError
+
+GIT_TIMEOUT_S = 60.0
+IDENTITY_NAME = "agent-runner"
+IDENTITY_EMAIL = "agent-runner@localhost"
+
+# Each of these names a program git would otherwise run from repository config.
+HARDENING_ARGS: tuple[str, ...] = (
+    "--no-pager",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=false",
+    "-c", "core.sshCommand=false",
+    "-c", "credential.helper=",
+    "-c", "protocol.allow=never",
+    "-c", "commit.gpgSign=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+)  # fmt: skip
+
+HARDENED_ENV: Mapping[str, str] = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_EDITOR": "false",
+    "GIT_SEQUENCE_EDITOR": "false",
+    "LC_ALL": "C",
+    "GIT_AUTHOR_NAME": IDENTITY_NAME,
+    "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
+    "GIT_COMMITTER_NAME": IDENTITY_NAME,
+    "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
+}
+
+# Subcommands that never convert file content, so never reach a filter driver.
+_FILTER_FREE = frozenset(
+    {"config", "rev-parse", "cat-file", "ls-tree", "write-tree", "update-ref", "rev-list"}
+)
+_FILTER_KEYS = ("clean", "smudge", "process")
+_MAX_ERROR_CHARS = 300
+_OPERATIONS = (
+    ("MERGE_HEAD", "merge"),
+    ("rebase-merge", "rebase"),
+    ("rebase-apply", "rebase"),
+    ("CHERRY_PICK_HEAD", "cherry-pick"),
+    ("REVERT_HEAD", "revert"),
+)
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """A finished git command: exit status and both outputs, undecoded."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    """One `git status --porcelain=v1` record; `path` is fs-decoded and relative to the top."""
+
+    xy: str
+    path: str
+
+    @property
+    def unmerged(self) -> bool:
+        """True for a conflicted path."""
+        return "U" in self.xy or self.xy in ("AA", "DD")
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One blob, link or gitlink in a tree: mode and object id."""
+
+    mode: str
+    oid: str
+
+
+def run_git(
+    work_dir: Path,
+    *args: str,
+    timeout_s: float = GIT_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+) -> bytes:
+    """Run hardened git in `work_dir` and return its stdout; raise GitError unless it exits 0."""
+    result = _run(work_dir, args, timeout_s=timeout_s, env=env, input=input)
+    if result.returncode != 0:
+        raise GitError(_failure(args, result))
+    return result.stdout
+
+
+def _run(
+    work_dir: Path,
+    args: Sequence[str],
+    *,
+    timeout_s: float = GIT_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+) -> GitResult:
+    full_env = _base_env()
+    if env:
+        full_env.update(env)
+    if _subcommand(args) not in _FILTER_FREE:
+        _add_config(full_env, _filter_overrides(work_dir, full_env))
+    argv = ["git", *HARDENING_ARGS, *args]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=work_dir,
+            env=full_env,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # so a timeout can kill git's own children too
+        )
+    except OSError as exc:
+        raise GitError(f"cannot run git in {work_dir}: {exc.strerror or exc}") from exc
+    try:
+        out, err = proc.communicate(input, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise GitError(f"git {_subcommand(args)} timed out after {timeout_s:g}s") from None
+    return GitResult(proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing left to kill
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def _base_env() -> dict[str, str]:
+    # Inherited GIT_* variables could redirect git (GIT_DIR, GIT_CONFIG_PARAMETERS,
+    # GIT_EXTERNAL_DIFF, GIT_SSH_COMMAND...): none of them reach the supervisor's git.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(HARDENED_ENV)
+    return env
+
+
+def _add_config(env: dict[str, str], pairs: Sequence[tuple[str, str]]) -> None:
+    # GIT_CONFIG_KEY_n keeps key and value apart, so a driver name holding "=" cannot
+    # split a `-c key=value` argument and escape its override.
+    base = int(env.get("GIT_CONFIG_COUNT", "0"))
+    for i, (key, value) in enumerate(pairs, start=base):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    env["GIT_CONFIG_COUNT"] = str(base + len(pairs))
+
+
+def _filter_overrides(work_dir: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Empty every `filter.<driver>.clean|smudge|process` the config defines, and unrequire it."""
+    result = _run(
+        work_dir,
+        ["config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+        env={k: v for k, v in env.items() if k.startswith("GIT_CONFIG_")},
+    )
+    if result.returncode == 1:  # no key matched
+        return []
+    if result.returncode != 0:
+        raise GitError(_failure(["config"], result))
+    pairs: list[tuple[str, str]] = []
+    drivers: set[str] = set()
+    for raw in result.stdout.split(b"\0"):
+        key = os.fsdecode(raw.strip(b"\n"))
+        section, _, rest = key.partition(".")
+        driver, _, name = rest.rpartition(".")
+        if section != "filter" or not driver:
+            continue
+        drivers.add(driver)
+        if name in _FILTER_KEYS:
+            pairs.append((key, ""))
+    pairs.extend((f"filter.{d}.required", "false") for d in sorted(drivers))
+    return pairs
+
+
+def _subcommand(args: Sequence[str]) -> str:
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-c", "-C"):
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
+
+
+def _failure(args: Sequence[str], result: GitResult) -> str:
+    lines = [ln.strip() for ln in os.fsdecode(result.stderr).splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    detail = (fatal or lines or ["no message"])[-1]
+    text = f"git {_subcommand(args)} failed (exit {result.returncode}): {detail}"
+    return text[:_MAX_ERROR_CHARS]
+
+
+def is_work_tree(work_dir: Path) -> bool:
+    """True when `work_dir` is inside a git work tree."""
+    if not work_dir.is_dir():
+        return False
+    result = _run(work_dir, ["rev-parse", "--is-inside-work-tree"])
+    return result.returncode == 0 and result.stdout.strip() == b"true"
+
+
+def toplevel(work_dir: Path) -> Path:
+    """The root of the work tree containing `work_dir`."""
+    return Path(os.fsdecode(run_git(work_dir, "rev-parse", "--show-toplevel").rstrip(b"\n")))
+
+
+def git_path(top: Path, name: str) -> Path:
+    """Absolute path of `name` (`index.lock`, `MERGE_HEAD`) in the repository's git directory."""
+    out = os.fsdecode(run_git(top, "rev-parse", "--git-path", name).rstrip(b"\n"))
+    return (top / out).absolute()
+
+
+def head_sha(work_dir: Path) -> str | None:
+    """The commit HEAD points at, or None when the repository has no commits yet."""
+    return resolve(work_dir, "HEAD^{commit}")
+
+
+def resolve(work_dir: Path, rev: str) -> str | None:
+    """The object id `rev` names, or None when it names nothing."""
+    result = _run(work_dir, ["rev-parse", "-q", "--verify", "--end-of-options", rev])
+    if result.returncode != 0:
+        return None
+    return result.stdout.decode("ascii").strip()
+
+
+def status(top: Path) -> tuple[StatusEntry, ...]:
+    """Changed and untracked (not ignored) files, one entry per path, renames split in two."""
+    out = run_git(
+        top,
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--no-renames",
+        "--ignored=no",
+    )
+    entries = []
+    for record in out.split(b"\0"):
+        if len(record) > 3:
+            entries.append(StatusEntry(record[:2].decode("ascii"), os.fsdecode(record[3:])))
+    return tuple(entries)
+
+
+def operation_in_progress(top: Path) -> str | None:
+    """`merge`, `rebase`, `cherry-pick` or `revert` when one was left half-done, else None."""
+    for name, operation in _OPERATIONS:
+        if git_path(top, name).exists():
+            return operation
+    return None
+
+
+def literal_pathspecs(paths: Iterable[str]) -> list[str]:
+    """Pathspecs matching exactly these paths, whatever characters they hold."""
+    return [f":(literal){p}" for p in paths]
+
+
+def all_but(excluded: Iterable[str]) -> list[str]:
+    """Pathspecs matching the whole tree except `excluded` (files or folders)."""
+    return [".", *(f":(exclude,literal){p}" for p in excluded)]
+
+
+def _pathspec_input(pathspecs: Sequence[str]) -> bytes:
+    return b"".join(os.fsencode(p) + b"\0" for p in pathspecs)
+
+
+_PATHSPEC_STDIN = ("--pathspec-from-file=-", "--pathspec-file-nul")
+
+
+def snapshot_tree(top: Path, pathspecs: Sequence[str], scratch: Path) -> str:
+    """Tree id of the work tree as `git add -A` would stage it, built in a throwaway index."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        index = Path(tmp) / "index"
+        real_index = git_path(top, "index")
+        if real_index.exists():
+            # Starting from the real index reuses its stat data: unchanged files are not rehashed.
+            shutil.copyfile(real_index, index)
+        env = {"GIT_INDEX_FILE": str(index)}
+        run_git(top, "add", "-A", *_PATHSPEC_STDIN, env=env, input=_pathspec_input(pathspecs))
+        return run_git(top, "write-tree", env=env).decode("ascii").strip()
+
+
+def stash_push(top: Path, message: str, pathspecs: Sequence[str]) -> str | None:
+    """Stash matching changes, untracked files included; the new stash's SHA, or None if none."""
+    before = resolve(top, "refs/stash")
+    run_git(
+        top,
+        "stash",
+        "push",
+        "--include-untracked",
+        "--message",
+        message,
+        *_PATHSPEC_STDIN,
+        input=_pathspec_input(pathspecs),
+    )
+    after = resolve(top, "refs/stash")
+    return after if after != before else None
+
+
+def commit(top: Path, message: str, pathspecs: Sequence[str]) -> str:
+    """Commit exactly the matching paths as they are on disk; the new HEAD."""
+    spec = _pathspec_input(pathspecs)
+    run_git(top, "add", "-A", *_PATHSPEC_STDIN, input=spec)
+    run_git(
+        top,
+        "commit",
+        "--no-verify",
+        "--no-gpg-sign",
+        "--cleanup=verbatim",
+        "--message",
+        message,
+        "--only",
+        *_PATHSPEC_STDIN,
+        input=spec,
+    )
+    sha = head_sha(top)
+    if sha is None:
+        raise GitError("git commit reported success but HEAD names no commit")
+    return sha
+
+
+def tree_entries(top: Path, treeish: str) -> dict[str, TreeEntry]:
+    """Every path under `treeish` with its mode and object id."""
+    out = run_git(top, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", treeish)
+    entries = {}
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition(b"\t")
+        mode, _kind, oid = meta.decode("ascii").split(" ")
+        entries[os.fsdecode(path)] = TreeEntry(mode, oid)
+    return entries
+
+
+def index_lock_holders(lock: Path) -> list[int]:
+    """Pids of processes with `lock` open, as far as /proc lets this user see."""
+    holders = []
+    target = str(lock)
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            fds = list((pid_dir / "fd").iterdir())
+        except OSError:
+            continue  # another user's process, or already gone
+        for fd in fds:
+            try:
+                if os.readlink(fd) == target:
+                    holders.append(int(pid_dir.name))
+                    break
+            except OSError:
+                continue
+    return holders
