@@ -1,0 +1,1 @@
+"""Builtin plugins: part of agent-runner itself, so they run in the supervisor's process."""

@@ -1,0 +1,1 @@
+"""The supervisor: one round, the loop around it, and securing the work tree between rounds."""

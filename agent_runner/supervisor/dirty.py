@@ -1,0 +1,331 @@
+"""Securing the work a round left in the tree: detect, ask a handler, execute, verify.
+
+A handler (builtin or third-party) only returns a DirtyIntent; everything that touches
+git happens here, through `agent_runner.vcs`. Work is never destroyed: a failure leaves it on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent_runner import vcs
+from agent_runner.errors import GitError
+from agent_runner.plugins import DirtyIntent
+from agent_runner.plugins.builtin import dirty as builtin_dirty
+
+EVENT_FILES_MAX = 20
+MESSAGE_MAX_CHARS = 200
+LAST_STASH_FILE = "last-stash.json"
+
+Emit = Callable[..., None]
+Decide = Callable[["DirtyView"], DirtyIntent]
+
+
+@dataclass(frozen=True)
+class DirtyView:
+    """What a dirty handler sees; plain data, serialisable to JSON for third-party handlers."""
+
+    round: int
+    files: tuple[str, ...]
+    work_dir: str
+    exit_cause: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TreeReport:
+    """The tree before and after securing it; what the stalled breaker reads."""
+
+    head_before: str | None
+    head_after: str | None
+    dirty_before: bool
+    dirty_after: bool
+    action: str  # none | stash | commit | ignore | failed | skipped_idempotent
+    ref: str | None = None
+
+    @property
+    def progressed(self) -> bool:
+        """A new commit appeared, or the round left work in the tree."""
+        return self.head_after != self.head_before or self.dirty_before
+
+
+@dataclass(frozen=True)
+class _Tree:
+    top: Path
+    protected: tuple[str, ...]
+    head: str | None
+    files: tuple[str, ...]
+
+
+def secure_tree(
+    work_dir: Path,
+    *,
+    round_no: int,
+    exit_cause: str,
+    head_before: str | None,
+    dirty_action: str,
+    idempotency_s: float,
+    state_dir: Path,
+    emit: Emit,
+    now: float,
+    decide: Decide | None = None,
+    protected: Sequence[str] = ("agent-runner.toml",),
+    settings: Mapping[str, Any] | None = None,
+) -> TreeReport:
+    """Detect work left by round `round_no` and stash, commit or leave it; never raises GitError.
+
+    `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
+    """
+    try:
+        tree = _inspect(work_dir, round_no, protected, emit)
+    except GitError as exc:
+        emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
+        return TreeReport(head_before, head_before, False, False, "failed")
+    if not tree.files:
+        return TreeReport(head_before, tree.head, False, False, "none")
+    emit(
+        "dirty_detected",
+        round=round_no,
+        files=[display_path(f) for f in tree.files[:EVENT_FILES_MAX]],
+        count=len(tree.files),
+    )
+    builtin_view = DirtyView(
+        round_no, tree.files, str(work_dir), exit_cause, {"dirty_action": dirty_action}
+    )
+    if decide is None:
+        intent = _validated(builtin_dirty.decide(builtin_view), builtin_view, emit)
+    else:
+        view = replace(builtin_view, settings=dict(settings or {}))
+        intent = _ask(decide, view, builtin_view, emit)
+    job = _Job(tree, round_no, head_before, idempotency_s, state_dir, now, emit)
+    try:
+        return job.execute(intent)
+    except (GitError, OSError) as exc:
+        emit("dirty_action_failed", round=round_no, action=intent.action, reason=str(exc))
+        return TreeReport(head_before, _head_or(tree), True, True, "failed")
+
+
+def display_path(path: str) -> str:
+    """A file name as text for events: undecodable bytes shown as backslash escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit) -> _Tree:
+    if not vcs.is_work_tree(work_dir):
+        raise GitError(f"{work_dir} is not inside a git work tree")
+    top = vcs.toplevel(work_dir)
+    _clear_stale_index_lock(top, round_no, emit)
+    rel = _relative_to_top(work_dir, top, protected)
+    files = []
+    for entry in vcs.status(top):
+        if _is_protected(entry.path, rel):
+            # The supervisor's own config and logs are the operator's, not the agent's work.
+            emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
+        else:
+            files.append(entry.path)
+    return _Tree(top, rel, vcs.head_sha(top), tuple(files))
+
+
+def _clear_stale_index_lock(top: Path, round_no: int, emit: Emit) -> None:
+    lock = vcs.git_path(top, "index.lock")
+    if not lock.exists():
+        return
+    holders = vcs.index_lock_holders(lock)
+    if holders:
+        raise GitError(f"{lock} is held by pid {holders[0]}; work left on disk")
+    # Nothing has it open: it was left by a killed git. It holds no work, only a half-written index.
+    lock.unlink(missing_ok=True)
+    emit("git_index_lock_cleared", round=round_no, path=str(lock))
+
+
+def _relative_to_top(work_dir: Path, top: Path, protected: Sequence[str]) -> tuple[str, ...]:
+    rel = []
+    real_top = top.resolve()
+    for item in protected:
+        path = (work_dir / item).resolve()
+        try:
+            rel.append(path.relative_to(real_top).as_posix())
+        except ValueError:
+            continue  # outside this repository: git cannot touch it anyway
+    return tuple(r for r in rel if r != ".")
+
+
+def _is_protected(path: str, protected: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in protected)
+
+
+def _ask(decide: Decide, view: DirtyView, builtin_view: DirtyView, emit: Emit) -> DirtyIntent:
+    try:
+        intent = decide(view)
+    except Exception as exc:  # a handler's failure must not cost the work: fall back to builtin
+        emit("dirty_intent_rejected", round=view.round, reason=f"handler failed: {exc!r}"[:200])
+        return builtin_dirty.decide(builtin_view)
+    return _validated(intent, builtin_view, emit)
+
+
+def _validated(intent: object, view: DirtyView, emit: Emit) -> DirtyIntent:
+    problem = intent_problem(intent, view.files)
+    if problem is not None:
+        emit("dirty_intent_rejected", round=view.round, reason=problem)
+        return builtin_dirty.decide(view)
+    assert isinstance(intent, DirtyIntent)
+    if intent.action == "commit" and view.exit_cause != "clean":
+        emit(
+            "dirty_intent_rejected",
+            round=view.round,
+            reason=f"commit after a {view.exit_cause} exit: stashed instead",
+        )
+        return DirtyIntent.stash(builtin_dirty.stash_message(view.round, view.exit_cause))
+    if intent.action != "ignore" and not intent.message:
+        default = builtin_dirty.decide(replace(view, settings={"dirty_action": intent.action}))
+        return replace(intent, message=default.message)
+    return intent
+
+
+def intent_problem(intent: object, files: Sequence[str]) -> str | None:
+    """Why `intent` cannot be executed as given, or None when it can."""
+    if not isinstance(intent, DirtyIntent):
+        return f"handler returned {type(intent).__name__}, not a DirtyIntent"
+    message, paths = intent.message, intent.paths
+    checks = (
+        (intent.action not in builtin_dirty.DIRTY_ACTIONS, f"unknown action {intent.action!r}"),
+        (
+            not isinstance(message, str) or len(message) > MESSAGE_MAX_CHARS,
+            f"message must be a string of at most {MESSAGE_MAX_CHARS} characters",
+        ),
+        (
+            not isinstance(paths, tuple) or not all(isinstance(p, str) for p in paths),
+            "paths must be a sequence of strings",
+        ),
+    )
+    for failed, reason in checks:
+        if failed:
+            return reason
+    if any(ord(c) < 32 or ord(c) == 127 for c in message):
+        return "message holds control characters"
+    if paths and intent.action != "commit":
+        return f"{intent.action} takes no paths"
+    outside = sorted(set(paths) - set(files))
+    return f"path not among the dirty files: {display_path(outside[0])}" if outside else None
+
+
+@dataclass(frozen=True)
+class _Job:
+    tree: _Tree
+    round_no: int
+    head_before: str | None
+    idempotency_s: float
+    state_dir: Path
+    now: float
+    emit: Emit
+
+    def execute(self, intent: DirtyIntent) -> TreeReport:
+        tree = self.tree
+        if intent.action == "ignore":
+            reason = intent.message or "handler chose ignore"
+            self.emit("dirty_ignored", round=self.round_no, reason=reason)
+            return TreeReport(self.head_before, tree.head, True, True, "ignore")
+        operation = vcs.operation_in_progress(tree.top)
+        if operation is not None:
+            self.emit("git_merge_in_progress", round=self.round_no, operation=operation)
+            raise GitError(f"a {operation} is in progress; left for the operator")
+        if intent.action == "commit":
+            return self.commit(intent)
+        return self.stash(intent)
+
+    def stash(self, intent: DirtyIntent) -> TreeReport:
+        tree = self.tree
+        if tree.head is None:
+            # git cannot stash without a commit to stash against; building one would mean
+            # committing to the operator's branch, so the work stays on disk instead.
+            raise GitError(
+                "the repository has no commits yet, so git cannot stash; work left on disk"
+            )
+        pathspecs = vcs.all_but(tree.protected)
+        snapshot = vcs.snapshot_tree(tree.top, pathspecs, self.state_dir / "scratch")
+        previous = self.recent_identical_stash(snapshot)
+        if previous is not None:
+            self.emit("orphan_idempotent_skip", round=self.round_no, ref=previous)
+            return TreeReport(
+                self.head_before, tree.head, True, True, "skipped_idempotent", previous
+            )
+        sha = vcs.stash_push(tree.top, intent.message, pathspecs)
+        if sha is None:
+            raise GitError("git stash saved nothing; work left on disk")
+        stashed = dict(vcs.tree_entries(tree.top, f"{sha}^{{tree}}"))
+        if vcs.resolve(tree.top, f"{sha}^3") is not None:  # the untracked-files parent
+            stashed.update(vcs.tree_entries(tree.top, f"{sha}^3"))
+        self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
+        _save_last_stash(self.state_dir, {"tree": snapshot, "ref": sha, "at": self.now})
+        self.emit("orphan_stashed", round=self.round_no, ref=sha)
+        return self.after("stash", sha, tree.files)
+
+    def recent_identical_stash(self, snapshot: str) -> str | None:
+        last = _load_last_stash(self.state_dir)
+        if last is None or last.get("tree") != snapshot:
+            return None
+        ref = str(last.get("ref"))
+        age = self.now - float(last.get("at", 0))
+        if not 0 <= age < self.idempotency_s:
+            return None
+        return ref if vcs.resolve(self.tree.top, f"{ref}^{{commit}}") == ref else None
+
+    def commit(self, intent: DirtyIntent) -> TreeReport:
+        tree = self.tree
+        paths = intent.paths or tree.files
+        pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.protected)
+        snapshot = vcs.snapshot_tree(tree.top, pathspecs, self.state_dir / "scratch")
+        sha = vcs.commit(tree.top, intent.message, pathspecs)
+        parent = vcs.resolve(tree.top, f"{sha}^") if tree.head is not None else None
+        if parent != tree.head:
+            raise GitError(f"commit {sha} does not follow {tree.head}; left for the operator")
+        self.verify_holds(snapshot, vcs.tree_entries(tree.top, sha), paths, f"commit {sha}")
+        files = [display_path(p) for p in paths[:EVENT_FILES_MAX]]
+        self.emit("dirty_auto_committed", round=self.round_no, ref=sha, files=files)
+        return self.after("commit", sha, paths)
+
+    def verify_holds(
+        self, snapshot: str, actual: Mapping[str, vcs.TreeEntry], paths: Sequence[str], what: str
+    ) -> None:
+        expected = vcs.tree_entries(self.tree.top, snapshot)
+        for path in paths:
+            if expected.get(path) != actual.get(path):
+                raise GitError(f"{what} does not hold {display_path(path)} as it was on disk")
+
+    def after(self, action: str, sha: str, secured: Sequence[str]) -> TreeReport:
+        tree = self.tree
+        left = [e.path for e in vcs.status(tree.top) if not _is_protected(e.path, tree.protected)]
+        head = vcs.head_sha(tree.top)
+        still = sorted(set(left) & set(secured))
+        if still:
+            reason = f"{action} {sha} made but {display_path(still[0])} is still dirty"
+            self.emit("dirty_action_failed", round=self.round_no, action=action, reason=reason)
+            return TreeReport(self.head_before, head, True, True, "failed", sha)
+        return TreeReport(self.head_before, head, True, bool(left), action, sha)
+
+
+def _head_or(tree: _Tree) -> str | None:
+    try:
+        return vcs.head_sha(tree.top)
+    except GitError:
+        return tree.head
+
+
+def _load_last_stash(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((state_dir / LAST_STASH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no record (or a torn one) only means the next stash is not skipped
+    return data if isinstance(data, dict) else None
+
+
+def _save_last_stash(state_dir: Path, record: Mapping[str, Any]) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_dir / f".{LAST_STASH_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, state_dir / LAST_STASH_FILE)
