@@ -1,0 +1,418 @@
+"""Run one agent in its own session, wait on it without polling, and bring it and its strays down.
+
+Call `become_subreaper` once at boot: only then do processes that escape the agent's group
+(setsid, double fork) stay descendants that `reap_leftovers` can find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import selectors
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agent_runner.errors import AgentRunnerError
+
+PR_SET_CHILD_SUBREAPER = 36
+TRANSCRIPT_MODE = 0o600
+
+
+class SpawnError(AgentRunnerError):
+    """The agent could not be started: missing executable or work_dir, or an unsafe transcript."""
+
+
+@dataclass(frozen=True)
+class AgentExit:
+    """How one agent run ended."""
+
+    exit_code: int | None
+    signal: str | None
+    cause: str
+    duration_s: float
+
+
+def become_subreaper() -> None:
+    """Adopt every orphaned descendant of this process instead of letting init have it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    entry = _read_stat(pid)
+    return None if entry is None else entry.start_ticks
+
+
+def agent_environment(
+    agent_env: Mapping[str, str],
+    *,
+    round_no: int,
+    log_dir: Path,
+    transcript: Path,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The agent's environment: inherited, then `[agent] env`, then the AGENT_RUNNER_* variables."""
+    env = dict(os.environ if base is None else base)
+    env.update(agent_env)
+    env["AGENT_RUNNER_ROUND"] = str(round_no)
+    env["AGENT_RUNNER_LOG_DIR"] = str(log_dir)
+    env["AGENT_RUNNER_TRANSCRIPT"] = str(transcript)
+    return env
+
+
+def deliver_prompt(
+    command: Sequence[str], prompt: str, delivery: Literal["stdin", "argv"]
+) -> tuple[list[str], bytes | None]:
+    """The argv and stdin bytes that hand `prompt` to the agent as configured."""
+    if delivery == "argv":
+        return [*command, prompt], None
+    return list(command), prompt.encode()
+
+
+def transcript_path(log_dir: Path, round_no: int) -> Path:
+    """Where round `round_no` writes its stdout and stderr."""
+    return log_dir / "rounds" / f"round-{round_no:06d}.log"
+
+
+class AgentProcess:
+    """One running agent: the leader of its own session and process group."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int, start_ticks: int) -> None:
+        self._popen = popen
+        self._pidfd = pidfd
+        self._started = time.monotonic()
+        self._ended: float | None = None
+        self._returncode: int | None = None
+        self.pid = popen.pid
+        self.pgid = popen.pid
+        self.start_ticks = start_ticks
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        stdin_data: bytes | None,
+        transcript: Path,
+    ) -> AgentProcess:
+        """Start `argv` in a new session, stdout and stderr appended to `transcript`."""
+        if not argv:
+            raise SpawnError("the agent command is empty")
+        # Exec keeps the signal mask: an agent started with SIGTERM blocked could only be SIGKILLed.
+        if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+            raise SpawnError("SIGTERM is blocked in this thread; the agent would inherit that")
+        out = _open_transcript(transcript)
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if stdin_data is not None else (-1, -1)
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env),
+                stdin=stdin_r if stdin_data is not None else subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except (OSError, ValueError) as exc:
+            if stdin_w >= 0:
+                os.close(stdin_w)
+            raise SpawnError(_describe_spawn_failure(argv, exc)) from exc
+        finally:
+            os.close(out)
+            if stdin_r >= 0:
+                os.close(stdin_r)
+        # The child is unreaped, so its pid cannot be recycled before pidfd_open.
+        pidfd = os.pidfd_open(popen.pid)
+        ticks = process_start_ticks(popen.pid)
+        agent = cls(popen, pidfd, ticks or 0)
+        if stdin_data is not None:
+            # A thread, because a prompt larger than the pipe buffer blocks until the agent reads.
+            threading.Thread(
+                target=_feed, args=(stdin_w, stdin_data), name=f"stdin-{popen.pid}", daemon=True
+            ).start()
+        if ticks is None:
+            agent.terminate(0)
+            raise SpawnError("/proc is not readable: the agent could not be tracked")
+        return agent
+
+    @property
+    def exited(self) -> bool:
+        """True once the agent has exited and been reaped."""
+        return self._returncode is not None
+
+    def wait(self, timeout_s: float | None, wake_fd: int | None = None) -> bool:
+        """Block until the agent exits (True), or until the timeout or `wake_fd` is readable."""
+        if self._returncode is not None:
+            return True
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._pidfd, selectors.EVENT_READ)
+            if wake_fd is not None:
+                selector.register(wake_fd, selectors.EVENT_READ)
+            ready = {key.fd for key, _ in selector.select(timeout_s)}
+        if self._pidfd in ready:
+            self._reap()
+            return True
+        return False
+
+    def terminate(self, grace_s: float, wake_fd: int | None = None) -> None:
+        """SIGTERM the group, wait `grace_s` (cut short by `wake_fd`), SIGKILL the group, reap."""
+        if self._returncode is None:
+            self._signal_group(signal.SIGTERM)
+            self.wait(grace_s, wake_fd)
+        # If the leader is already reaped, surviving members still pin the group id, so it
+        # cannot have been recycled; with no members left the signal finds nobody.
+        self._signal_group(signal.SIGKILL)
+        self.wait(None)
+
+    def result(self, cause_override: str | None = None) -> AgentExit:
+        """The exit record; "timeout" and "stopped" come from the caller as `cause_override`."""
+        if self._returncode is None or self._ended is None:
+            raise RuntimeError(f"agent {self.pid} has not been reaped yet")
+        code = self._returncode
+        duration = self._ended - self._started
+        if code < 0:
+            name = _signal_name(-code)
+            return AgentExit(None, name, cause_override or f"signal:{name}", duration)
+        cause = "clean" if code == 0 else "error"
+        return AgentExit(code, None, cause_override or cause, duration)
+
+    def _reap(self) -> None:
+        _, status = os.waitpid(self.pid, 0)
+        self._ended = time.monotonic()
+        self._returncode = os.waitstatus_to_exitcode(status)
+        # Popen must never waitpid this pid again: by then it may belong to someone else.
+        self._popen.returncode = self._returncode
+        os.close(self._pidfd)
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signum)
+
+
+def reap_leftovers(*, keep: Collection[int] = ()) -> list[int]:
+    """SIGKILL and reap every descendant except `keep` and theirs; returns the killed pids.
+
+    Assumes no other code is running a subprocess of its own meanwhile (a git call would be
+    killed and reaped under it): the loop calls this between rounds only.
+    """
+    root, spared = os.getpid(), set(keep)
+    killed: set[int] = set()
+    while True:
+        held = _freeze(
+            lambda: set(_descendants(root, spared)),
+            lambda entry, found: entry.ppid == root or entry.ppid in found,
+        )
+        if not held:
+            return sorted(killed)
+        killed.update(_kill_all(held))
+        # Killed children are zombies now; their own children were reparented to us and
+        # show up on the next pass.
+        for pid in held:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def kill_orphan_group(pgid: int, leader_start_ticks: int | None) -> list[int]:
+    """Kill a previous serve's agent group, only where start times prove it is that group."""
+    if leader_start_ticks is None or pgid <= 1 or pgid == os.getpgid(0):
+        return []
+    leader = _read_stat(pgid)
+    if leader is not None and leader.start_ticks != leader_start_ticks:
+        # A live group pins its id, so a different process under that pid means the group is gone.
+        return []
+    me = os.getpid()
+
+    def belongs(entry: _Stat, _found: Collection[int] = ()) -> bool:
+        return entry.pgrp == pgid and entry.start_ticks >= leader_start_ticks and entry.pid != me
+
+    held = _freeze(lambda: {e.pid for e in _scan_proc() if belongs(e)}, belongs)
+    return sorted(_kill_all(held))
+
+
+@dataclass(frozen=True)
+class _Stat:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    start_ticks: int
+
+
+@dataclass(frozen=True)
+class _Held:
+    pidfd: int
+    was_alive: bool
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name may contain spaces and parentheses; the fields start after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return _Stat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+def _scan_proc() -> Iterable[_Stat]:
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (entry := _read_stat(int(name))) is not None:
+            yield entry
+
+
+def _children_from_files(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return kids
+    for tid in tids:
+        with (
+            contextlib.suppress(FileNotFoundError, ProcessLookupError),
+            open(f"/proc/{pid}/task/{tid}/children", "rb") as f,
+        ):
+            kids.extend(int(x) for x in f.read().split())
+    return kids
+
+
+def _children_reader() -> Callable[[int], list[int]]:
+    if _HAVE_CHILDREN_FILES:
+        return _children_from_files
+    table: dict[int, list[int]] = {}
+    for entry in _scan_proc():
+        table.setdefault(entry.ppid, []).append(entry.pid)
+    return lambda pid: table.get(pid, [])
+
+
+# Reading only our own subtree keeps reaping cheap on a busy host (CONFIG_PROC_CHILDREN).
+_HAVE_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def _descendants(root: int, spared: Collection[int]) -> dict[int, int]:
+    children = _children_reader()
+    found: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        for pid in children(parent):
+            if pid not in spared and pid not in found:
+                found[pid] = parent
+                stack.append(pid)
+    return found
+
+
+def _freeze(
+    find: Callable[[], set[int]], belongs: Callable[[_Stat, Collection[int]], bool]
+) -> dict[int, _Held]:
+    """SIGSTOP everything `find` reports until a rescan finds nobody new; pid -> pidfd."""
+    held: dict[int, _Held] = {}
+    rejected: set[int] = set()
+    while True:
+        found = find()
+        new = found - held.keys() - rejected
+        if not new:
+            return held
+        for pid in new:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            entry = _read_stat(pid)
+            # Checked after pidfd_open: from here on the fd names this process even if
+            # the pid is recycled, so a signal can never reach a stranger.
+            if entry is None or not belongs(entry, found):
+                os.close(pidfd)
+                rejected.add(pid)
+                continue
+            try:
+                # A stopped process cannot fork, so once all are stopped a rescan sees the
+                # whole tree; killing instead would race a fork loop.
+                signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+            except ProcessLookupError:
+                os.close(pidfd)
+                continue
+            held[pid] = _Held(pidfd, entry.state != "Z")
+
+
+def _kill_all(held: Mapping[int, _Held]) -> list[int]:
+    """SIGKILL every held process and block until each has exited; returns those that were alive."""
+    try:
+        with selectors.DefaultSelector() as selector:
+            for item in held.values():
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(item.pidfd, signal.SIGKILL)
+                selector.register(item.pidfd, selectors.EVENT_READ)
+            # No timeout: SIGKILL always wins except against a kernel stuck in I/O, and then
+            # the systemd watchdog is the right judge, not a guess here.
+            while selector.get_map():
+                for key, _ in selector.select():
+                    selector.unregister(key.fd)
+    finally:
+        for item in held.values():
+            os.close(item.pidfd)
+    return [pid for pid, item in held.items() if item.was_alive]
+
+
+def _open_transcript(path: Path) -> int:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpawnError(f"cannot open the folder of {path}: {exc.strerror}") from exc
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        # O_NONBLOCK so that a FIFO planted at the path fails at once instead of hanging us.
+        fd = os.open(path.name, flags | os.O_NONBLOCK, TRANSCRIPT_MODE, dir_fd=parent)
+    except OSError as exc:
+        reason = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise SpawnError(f"refusing the transcript {path}: {reason}") from exc
+    finally:
+        os.close(parent)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpawnError(f"refusing the transcript {path}: not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _feed(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        pass  # The agent closed its stdin or died: whatever it did not read, it did not want.
+    finally:
+        os.close(fd)
+
+
+def _describe_spawn_failure(argv: Sequence[str], exc: OSError | ValueError) -> str:
+    if isinstance(exc, ValueError):
+        return f"cannot start {argv[0]!r}: {exc}"
+    if exc.errno == errno.E2BIG:
+        return f"cannot start {argv[0]!r}: the arguments are too long (deliver the prompt on stdin)"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"cannot start {argv[0]!r}: {exc.strerror}{where}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
