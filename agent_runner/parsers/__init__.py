@@ -1,0 +1,85 @@
+"""Transcript parsers: read the end of a round's transcript and report what the agent hit.
+
+The parser is chosen by `[agent] parser`, never by the binary's name. Parsing is pure
+and bounded: only the last TAIL_BYTES of the file are read, and no input makes it raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent_runner.parsers import aider, claude, codex, gemini, text
+from agent_runner.parsers.findings import TRANSIENT_CLASSES, Findings, Transient, Usage
+from agent_runner.parsers.tail import read_tail
+
+__all__ = [
+    "PARSER_NAMES",
+    "TAIL_BYTES",
+    "TRANSIENT_CLASSES",
+    "Findings",
+    "Transient",
+    "Usage",
+    "parse_transcript",
+    "report_findings",
+]
+
+TAIL_BYTES = 256 * 1024
+
+Parser = Callable[..., Findings]
+
+
+def _parse_nothing(tail: bytes, *, now: float) -> Findings:
+    return Findings()
+
+
+_PARSERS: dict[str, Parser] = {
+    "claude": claude.parse,
+    # The demo agent speaks Claude's stream-json, so the same reading applies.
+    "demo": claude.parse,
+    "codex": codex.parse,
+    "gemini": gemini.parse,
+    "aider": aider.parse,
+    "text": text.parse,
+    "none": _parse_nothing,
+}
+PARSER_NAMES: frozenset[str] = frozenset(_PARSERS)
+
+
+def parse_transcript(parser: str, path: Path, *, now: float) -> Findings:
+    """Read the tail of `path` and report. Unknown parser: KeyError; unreadable file: Findings()."""
+    parse = _PARSERS[parser]
+    if parse is _parse_nothing:
+        return Findings()
+    try:
+        tail = read_tail(path, TAIL_BYTES)
+    except OSError:
+        return Findings()
+    return parse(tail, now=now)
+
+
+def report_findings(findings: Findings, *, round_no: int, emit: Callable[..., Any]) -> None:
+    """Emit one event per finding, each carrying the round number."""
+    if findings.transient is not None:
+        emit(
+            "transient_error_detected",
+            round=round_no,
+            classification=findings.transient.classification,
+            reset_at=findings.transient.reset_at,
+            detail=findings.transient.detail,
+        )
+    if findings.auth_error is not None:
+        emit("agent_auth_error_detected", round=round_no, reason=findings.auth_error)
+    if findings.usage is not None:
+        usage = findings.usage
+        emit(
+            "agent_usage_recorded",
+            round=round_no,
+            model=usage.model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+            cost_usd=usage.cost_usd,
+        )

@@ -1,0 +1,95 @@
+"""Gemini CLI `--output-format json` (one pretty-printed object) and `stream-json` events.
+
+The last object with `response`, `stats` or `error` is the outcome; without an error the
+round went through. Quota errors state their reset as "reset after 1h2m3s" or a retry delay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_runner.parsers import text
+from agent_runner.parsers.findings import Findings, Transient, Usage
+from agent_runner.parsers.jsonscan import (
+    as_dict,
+    as_int,
+    as_str,
+    pretty_printed_objects,
+    split_lines,
+)
+from agent_runner.parsers.signals import AUTH_STATUSES, AUTH_TEXT, classify_status, short_redacted
+
+_OUTCOME_KEYS = ("response", "stats", "error")
+# Gemini CLI exit codes that its JSON error object reports in `code`.
+_AUTH_EXIT_CODE = 41
+
+
+def parse(tail: bytes, *, now: float) -> Findings:
+    """Findings in the tail of a Gemini CLI headless transcript."""
+    decoded = tail.decode("utf-8", "replace")
+    lines = split_lines(decoded)
+    objects = [obj for _, found in lines for obj in found] + pretty_printed_objects(decoded)
+    model = next((as_str(o.get("model")) for o in objects if o.get("type") == "init"), None)
+    outcomes = [
+        o for o in objects if o.get("type") == "result" or any(k in o for k in _OUTCOME_KEYS)
+    ]
+    outcome = outcomes[-1] if outcomes else None
+    usage = _usage(as_dict(outcome.get("stats")), model) if outcome is not None else None
+    error = as_dict(outcome.get("error")) if outcome is not None else {}
+    if outcome is not None and not error and outcome.get("status") != "error":
+        return Findings(usage=usage)
+    transient, auth = _error(error, now) if error else (None, None)
+    if transient is None and auth is None:
+        plain = [line for line, found in lines if not found and line.strip()]
+        fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
+        transient, auth = fallback.transient, fallback.auth_error
+    return Findings(transient=transient, auth_error=auth, usage=usage)
+
+
+def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None]:
+    code = as_int(error.get("code"))
+    kind = as_str(error.get("type"))
+    message = " ".join(as_str(error.get("message")).split())
+    label = f"{kind or 'error'} {code}" if code is not None else kind or "error"
+    detail = short_redacted(f"{label}: {message}")
+    if (
+        code in AUTH_STATUSES
+        or code == _AUTH_EXIT_CODE
+        or "Auth" in kind
+        or AUTH_TEXT.search(message)
+    ):
+        return None, detail
+    classification = text.classify_line(f"{kind}: {message}") or classify_status(code)
+    if classification is None:
+        return None, None
+    return Transient(classification, text.find_reset(message, now), detail), None
+
+
+def _usage(stats: dict[str, Any], model: str | None) -> Usage | None:
+    models = {
+        name: as_dict(as_dict(v).get("tokens")) for name, v in as_dict(stats.get("models")).items()
+    }
+    if models:
+
+        def total(name: str) -> int:
+            return as_int(models[name].get("total")) or 0
+
+        return Usage(
+            # Several models (a router, a flash fallback): name the busiest, sum the counts.
+            model=model or max(models, key=total),
+            input_tokens=_sum(t.get("prompt") for t in models.values()),
+            output_tokens=_sum(t.get("candidates") for t in models.values()),
+            cache_read_tokens=_sum(t.get("cached") for t in models.values()),
+            cache_creation_tokens=None,
+            cost_usd=None,
+        )
+    flat_in = as_int(stats.get("input_tokens", stats.get("inputTokens")))
+    flat_out = as_int(stats.get("output_tokens", stats.get("outputTokens")))
+    if flat_in is None and flat_out is None:
+        return Usage(model, None, None, None, None, None) if model else None
+    return Usage(model, flat_in, flat_out, as_int(stats.get("cached")), None, None)
+
+
+def _sum(values: Any) -> int | None:
+    numbers = [n for n in (as_int(v) for v in values) if n is not None]
+    return sum(numbers) if numbers else None

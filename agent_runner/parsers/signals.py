@@ -1,0 +1,62 @@
+"""Shared vocabulary: HTTP status to classification, auth phrases, and redacted one-liners.
+
+Everything a parser puts into `detail` or an auth reason goes through `short_redacted`.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_DETAIL_CHARS = 200
+
+_STATUS_CLASSES = {
+    408: "api_timeout",
+    429: "rate_limit_model",
+    500: "api_transient_5xx",
+    502: "api_transient_5xx",
+    503: "api_transient_5xx",
+    504: "api_transient_5xx",
+    529: "api_transient_5xx",
+}
+AUTH_STATUSES = frozenset({401, 403})
+
+_SECRETS = (
+    (re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"), "Bearer ***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-***"),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), "AIza***"),
+    (re.compile(r"\b(?:gh[pousr]|github_pat)_[A-Za-z0-9_]{16,}"), "gh_***"),
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+"), "jwt-***"),
+    (
+        re.compile(
+            r"(?i)\b((?:x-)?api[-_ ]?key|access[-_]?token|refresh[-_]?token|password)"
+            r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+"
+        ),
+        r"\1\2***",
+    ),
+)
+
+AUTH_TEXT = re.compile(
+    r"(?i)(?:status|code|error)[^\d\n]{0,12}\b401\b|\b401\b[^\n]{0,20}unauthori"
+    r"|unauthori[sz]ed|authentication[_ ]?(?:error|failed)|authenticationerror"
+    r"|invalid[ _-]?(?:x-)?api[ _-]?key|incorrect api key|api key not valid|invalid_api_key"
+    r"|not able to authenticate|run /login|please (?:log ?in|login|sign in)|not logged in"
+    r"|log in again|login required"
+    r"|oauth token (?:has )?(?:expired|been revoked)|token_expired|token_revoked|invalid_grant"
+    r"|refresh token (?:has )?(?:expired|been revoked|was already used)"
+)
+
+
+def classify_status(status: int | None) -> str | None:
+    """The transient class an HTTP status means, or None (success, auth, or a client error)."""
+    return None if status is None else _STATUS_CLASSES.get(status)
+
+
+def short_redacted(text: str) -> str:
+    """One line, at most MAX_DETAIL_CHARS, with anything that looks like a secret masked."""
+    line = " ".join(text.split())
+    for pattern, replacement in _SECRETS:
+        line = pattern.sub(replacement, line)
+    if len(line) > MAX_DETAIL_CHARS:
+        line = line[: MAX_DETAIL_CHARS - 1] + "…"
+    # Lone surrogates from odd JSON escapes would break the UTF-8 event writer.
+    return line.encode("utf-8", "replace").decode("utf-8")

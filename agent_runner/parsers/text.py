@@ -1,0 +1,126 @@
+"""Plain-text fallback: the limit, error and log-in messages CLIs print without JSON.
+
+Only the last lines are read, and only anchored phrases count, so an agent that merely
+wrote about rate limits in its work does not trigger a back-off.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from agent_runner.parsers.findings import Findings, Transient, pick_transient
+from agent_runner.parsers.resets import parse_clock, parse_duration
+from agent_runner.parsers.signals import AUTH_TEXT, short_redacted
+
+WINDOW_LINES = 40
+
+_EPOCH = re.compile(r"(?i)limit reached\|(\d{9,11})\b|\"?resets_?at\"?\s*[:=]\s*\"?(\d{9,11})\b")
+_SECONDS = re.compile(
+    r"(?i)\"?resets_in_seconds\"?\s*[:=]\s*(\d+)|\"?retryDelay\"?\s*[:=]\s*\"(\d+(?:\.\d+)?)s\""
+)
+_IN = re.compile(
+    r"(?i)\b(?:try again in|please retry in|retry in|retry after|reset after|resets? in"
+    r"|available in)\s+"
+)
+_AT = re.compile(
+    r"(?i)\b(?:resets?(?:\s+at)?|will reset(?:\s+at)?|try again(?:\s+at)?|available again(?:\s+at)?"
+    r"|cycle ends on)\s+"
+)
+
+_WARNING = re.compile(r"(?i)approaching|will be reached|\d+\s*%\s*(?:of|used)|allowed_warning")
+_ACCOUNT_LIMIT = re.compile(
+    r"(?i)hit your (?:[\w-]+ )?limit|(?:usage|session|weekly|daily|monthly|5-hour|five[- ]hour"
+    r"|7-day|seven[- ]day) limit|(?<!rate )limit reached|out of (?:extra )?usage"
+    r"|usage_limit_reached|quota (?:exceeded|exhausted|will reset)|exceeded your (?:current )?quota"
+    r"|exhausted your (?:[\w-]+ )?(?:quota|capacity)|insufficient_quota"
+)
+_MODEL_SCOPE = re.compile(
+    r"(?i)\b(?:opus|sonnet|haiku)\b[^\n]{0,12}\blimit|on this model|per ?model"
+)
+_RATE_LIMIT = re.compile(
+    r"(?i)(?:status|code|error)[^\d\n]{0,12}\b429\b"
+    r"|\b429\b[^\n]{0,40}(?:too many|rate|quota|exhaust)"
+    r"|too many requests|rate[ _-]?limit(?:ed|_error|error|\s+exceeded|\s+reached|_exceeded)"
+    r"|ratelimiterror|ratelimitexceeded|resource[ _]exhausted"
+)
+_SERVER = re.compile(
+    r"(?i)(?:status|code|error)[^\d\n]{0,12}\b(?:500|502|503|504|529)\b"
+    r"|\b(?:500|502|503|504|529)\b[^\n]{0,40}(?:error|internal|gateway|unavailable|overloaded)"
+    r"|internal server error|bad gateway|service unavailable|gateway time-?out"
+    r"|overloaded(?:_error)?"
+    r"|internalservererror|serviceunavailableerror|apiconnectionerror|stream disconnected"
+)
+_TIMEOUT = re.compile(
+    r"(?i)\b408\b|request timed? ?out|provider timed out|litellm\.timeout|apitimeouterror"
+    r"|deadline[_ ]exceeded"
+)
+
+
+def find_reset(line: str, now: float) -> float | None:
+    """The reset time a line states, in any of the known forms, or None."""
+    moment = _stated_reset(line, now)
+    return moment if moment is not None and math.isfinite(moment) else None
+
+
+def _stated_reset(line: str, now: float) -> float | None:
+    match = _EPOCH.search(line)
+    if match:
+        return float(match.group(1) or match.group(2))
+    match = _SECONDS.search(line)
+    if match:
+        return now + float(match.group(1) or match.group(2))
+    for anchor in _IN.finditer(line):
+        seconds = parse_duration(line[anchor.end() :])
+        if seconds is not None:
+            return now + seconds
+    for anchor in _AT.finditer(line):
+        moment = parse_clock(line[anchor.end() :], now)
+        if moment is not None:
+            return moment
+    return None
+
+
+def classify_line(line: str) -> str | None:
+    """The transient class a message line announces, or None."""
+    if _WARNING.search(line):
+        return None
+    if _ACCOUNT_LIMIT.search(line) or _MODEL_SCOPE.search(line):
+        return "rate_limit_model" if _MODEL_SCOPE.search(line) else "rate_limit_account"
+    if _RATE_LIMIT.search(line):
+        return "rate_limit_model"
+    # Before the 5xx check: "timed out … may be overloaded" is a timeout.
+    if _TIMEOUT.search(line):
+        return "api_timeout"
+    if _SERVER.search(line):
+        return "api_transient_5xx"
+    return None
+
+
+def scan_lines(lines: Sequence[str], *, now: float) -> Findings:
+    """Transient and auth findings in message lines, oldest first (usage is never guessed)."""
+    transients: list[Transient | None] = []
+    auth: str | None = None
+    for i, line in enumerate(lines):
+        classification = classify_line(line)
+        if classification is not None:
+            reset = find_reset(line, now)
+            if reset is None and i + 1 < len(lines):
+                # Codex wraps "… or try again at 3:28 PM." onto the next line.
+                reset = find_reset(lines[i + 1], now)
+            transients.append(Transient(classification, reset, short_redacted(line)))
+        if AUTH_TEXT.search(line):
+            auth = short_redacted(line)
+    return Findings(transient=pick_transient(transients), auth_error=auth)
+
+
+def last_lines(text: str, count: int = WINDOW_LINES) -> list[str]:
+    """The last `count` non-blank lines of `text`."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-count:]
+
+
+def parse(tail: bytes, *, now: float) -> Findings:
+    """Findings in the last lines of a plain-text transcript."""
+    return scan_lines(last_lines(tail.decode("utf-8", "replace")), now=now)
