@@ -1,0 +1,234 @@
+"""The fork server: an isolated, pre-initialised process that forks one confined child per call.
+
+Started by `sandbox.Sandbox` with `python -I -S -B`, a scrubbed environment and cwd "/"; it
+holds no secrets and never imports plugin code. Protocol: JSON datagrams on a SEQPACKET socket.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import sysconfig
+from typing import Any
+
+from agent_runner.plugins import confine, syscalls
+
+PR_SET_CHILD_SUBREAPER = 36
+HIGH_FD = 100
+MAX_MESSAGE_BYTES = 1 << 16
+# Modules a typical hook needs: the child cannot open the stdlib by path once it runs as nobody.
+PRELOADED = ["base64", "bisect", "calendar", "collections", "collections.abc", "copy", "dataclasses", "datetime", "decimal", "enum", "fnmatch", "functools", "hashlib", "heapq", "itertools", "json", "math", "operator", "pathlib", "random", "re", "shlex", "statistics", "string", "textwrap", "time", "types", "typing", "uuid", "zoneinfo"]
+
+
+def main(config_json: str) -> None:
+    """Run the server until the control socket closes."""
+    config = json.loads(config_json)
+    confine.set_parent_death_signal(int(config["parent_pid"]))
+    confine._prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # A call child's exit must be reaped by us, explicitly, after its group is killed.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    prebuilt = prepare(config)
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            prebuilt.notes.append(f"preload {name}: {exc}")
+    control = socket.socket(fileno=int(config["control_fd"]))
+    ready = {
+        "event": "ready",
+        "landlock_abi": prebuilt.landlock_abi,
+        "seccomp": bool(prebuilt.seccomp_bpf),
+        "notes": prebuilt.notes,
+    }
+    control.send(json.dumps(ready).encode())
+    Server(control, prebuilt).serve()
+
+
+def prepare(config: dict[str, Any]) -> confine.Prebuilt:
+    """Do once what every child would otherwise repeat: ABI query, root descriptors, BPF."""
+    prebuilt = confine.Prebuilt(
+        is_root=os.geteuid() == 0,
+        server_pid=os.getpid(),
+        stdlib_paths=[p for p in sys.path if p],
+    )
+    if config["mode"] == "off":
+        return prebuilt
+    _prepare_landlock(prebuilt, config["read_roots"])
+    try:
+        prebuilt.seccomp_bpf = export_seccomp_bpf(syscalls.child_policy())
+    except (OSError, RuntimeError, ValueError) as exc:
+        prebuilt.notes.append(f"seccomp unavailable: {exc}")
+    return prebuilt
+
+
+def _prepare_landlock(prebuilt: confine.Prebuilt, roots: list[str]) -> None:
+    try:
+        import py_landlock as ll  # noqa: PLC0415 - located by the parent, imported only here
+        from py_landlock import abi as ll_abi  # noqa: PLC0415
+
+        abi = int(ll.get_abi_version())
+    except Exception as exc:
+        prebuilt.notes.append(f"landlock unavailable: {exc}")
+        return
+    prebuilt.landlock_abi = abi
+    prebuilt.handled_fs = int(ll_abi.get_supported_fs(ll.ABIVersion(abi)))
+    prebuilt.handled_net = int(ll_abi.get_supported_net(ll.ABIVersion(abi)))
+    prebuilt.scoped = int(ll_abi.get_supported_scope(ll.ABIVersion(abi)))
+    paths = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"], *roots}
+    paths.add(os.path.realpath(sys.executable))
+    for path in sorted(paths):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as exc:
+            prebuilt.notes.append(f"read-only root {path}: {exc.strerror}")
+            continue
+        # Out of the way of the 0..4 slots every child rearranges its descriptors into.
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+        os.close(fd)
+        prebuilt.base_root_fds.append((high, os.path.isdir(path)))
+
+
+def export_seccomp_bpf(policy: syscalls.Policy) -> bytes:
+    """Compile the policy with libseccomp once; children load the bytes with one prctl."""
+    import pyseccomp as sc  # noqa: PLC0415 - runs ldconfig; only the fork server pays for it
+
+    if sc.system_arch() != policy.arch:
+        raise ValueError("seccomp policy is written for x86_64 only")
+    actions = {"allow": sc.ALLOW, "kill": sc.KILL_PROCESS}
+    filt = sc.SyscallFilter(syscalls.action_value(policy.default))
+    filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    filt.set_attr(sc.Attr.API_SYSRAWRC, 1)
+    for rule in policy.rules:
+        if rule.action == policy.default:
+            continue  # libseccomp refuses a rule that repeats the default (EACCES)
+        action = actions.get(rule.action, syscalls.action_value(rule.action))
+        if rule.when is None:
+            filt.add_rule(action, rule.nr)
+        elif rule.when.mask:
+            check = sc.Arg(rule.when.index, sc.MASKED_EQ, rule.when.mask, rule.when.value)
+            filt.add_rule(action, rule.nr, check)
+        else:
+            filt.add_rule(action, rule.nr, sc.Arg(rule.when.index, sc.EQ, rule.when.value))
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "wb") as sink:
+            filt.export_bpf(sink)
+        program = os.read(read_end, 1 << 16)
+    finally:
+        os.close(read_end)
+    return syscalls.guard_prefix(policy) + program
+
+
+class Server:
+    """Forks children on request, kills their groups on request, reports their wait status."""
+
+    def __init__(self, control: socket.socket, prebuilt: confine.Prebuilt) -> None:
+        self._control = control
+        self._prebuilt = prebuilt
+        self._children: dict[int, tuple[int, int]] = {}  # pidfd -> (call id, pid)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(control, selectors.EVENT_READ)
+
+    def serve(self) -> None:
+        """Loop until the parent closes the control socket."""
+        while True:
+            for key, _ in self._selector.select(timeout=0.5 if self._children else None):
+                if key.fileobj is self._control:
+                    if not self._handle_message():
+                        return
+                else:
+                    self._reap(int(key.fd))
+            self._kill_strays()
+
+    def _handle_message(self) -> bool:
+        try:
+            data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE_BYTES, 3)
+        except OSError:
+            return False
+        if not data:
+            return False
+        message = json.loads(data)
+        if message["op"] == "spawn":
+            self._spawn(message, fds)
+        elif message["op"] == "kill":
+            self._kill(int(message["pid"]))
+        for fd in fds:
+            os.close(fd)
+        return True
+
+    def _spawn(self, message: dict[str, Any], fds: list[int]) -> None:
+        cfg = confine.CallConfig(
+            scratch=message["scratch"],
+            read_roots=tuple(message["read_roots"]),
+            fs=message["fs"],
+            net=message["net"],
+            scope=message["scope"],
+            seccomp=message["seccomp"],
+            best_effort=message["best_effort"],
+            timeout_s=float(message["timeout_s"]),
+        )
+        pid = os.fork()
+        if pid == 0:
+            try:
+                confine.confine_and_run(self._prebuilt, cfg, fds)
+            finally:
+                os._exit(71)
+        pidfd = os.pidfd_open(pid)
+        self._children[pidfd] = (int(message["id"]), pid)
+        self._selector.register(pidfd, selectors.EVENT_READ)
+        self._send({"event": "spawned", "id": message["id"], "pid": pid})
+
+    def _kill(self, pid: int) -> None:
+        # The child is not reaped until _reap runs, so its pid and group id cannot be reused yet.
+        if any(child == pid for _, child in self._children.values()):
+            self._kill_group(pid)
+
+    def _reap(self, pidfd: int) -> None:
+        call_id, pid = self._children.pop(pidfd)
+        self._selector.unregister(pidfd)
+        os.close(pidfd)
+        # Still a zombie: the group id is pinned, so this reaches exactly its leftovers.
+        self._kill_group(pid)
+        _, status = os.waitpid(pid, 0)
+        self._kill_strays()
+        self._send({"event": "exited", "id": call_id, "pid": pid, "status": status})
+
+    def _kill_strays(self) -> None:
+        """Kill and reap anything reparented to us that is not a live call child."""
+        known = {pid for _, pid in self._children.values()}
+        for pid in _own_children():
+            if pid in known:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, os.WNOHANG)
+            except (ProcessLookupError, ChildProcessError):
+                continue
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._control.send(json.dumps(message).encode())
+        except OSError:
+            os._exit(0)  # the parent is gone; our children die with us (PDEATHSIG)
+
+    @staticmethod
+    def _kill_group(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is already gone
+
+
+def _own_children() -> list[int]:
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(word) for word in handle.read().split()]
+    except OSError:
+        return []
