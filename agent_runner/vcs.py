@@ -53,10 +53,9 @@ HARDENED_ENV: Mapping[str, str] = {
     "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
 }
 
-# Subcommands that never convert file content, so never reach a filter driver.
-_FILTER_FREE = frozenset(
-    {"config", "rev-parse", "cat-file", "ls-tree", "write-tree", "update-ref", "rev-list"}
-)
+# Subcommands that never read work-tree files, so never reach a filter driver. Not write-tree:
+# it re-reads racily clean files, through their clean filter.
+_FILTER_FREE = frozenset({"config", "rev-parse", "ls-tree", "update-ref"})
 _FILTER_KEYS = ("clean", "smudge", "process")
 _MAX_ERROR_CHARS = 300
 _OPERATIONS = (
@@ -120,9 +119,7 @@ def _run(
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
 ) -> GitResult:
-    full_env = _base_env()
-    if env:
-        full_env.update(env)
+    full_env = _base_env(env or {})
     if _subcommand(args) not in _FILTER_FREE:
         _add_config(full_env, _filter_overrides(work_dir, full_env))
     argv = ["git", *HARDENING_ARGS, *args]
@@ -152,11 +149,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.communicate()
 
 
-def _base_env() -> dict[str, str]:
+def _base_env(extra: Mapping[str, str]) -> dict[str, str]:
     # Inherited GIT_* variables could redirect git (GIT_DIR, GIT_CONFIG_PARAMETERS,
     # GIT_EXTERNAL_DIFF, GIT_SSH_COMMAND...): none of them reach the supervisor's git.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(HARDENED_ENV)
+    env.update(extra)
+    env.update(HARDENED_ENV)  # a caller adds variables (GIT_INDEX_FILE) but cannot undo these
     return env
 
 

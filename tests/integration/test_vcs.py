@@ -1,0 +1,329 @@
+"""The hardened git layer against real repositories, poisoned ones included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_runner import vcs
+from agent_runner.errors import GitError
+from agent_runner.supervisor.dirty import secure_tree
+from tests.fakes import RecordedEvents
+
+
+@pytest.fixture(autouse=True)
+def no_user_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in list(os.environ):
+        if name.startswith("GIT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(repo: Path, *args: str) -> str:
+    """Test-side git, unhardened, with an identity of its own."""
+    out = subprocess.run(
+        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+    return out.stdout.decode("utf-8", "surrogateescape")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "tracked.txt").write_text("v1\n")
+    git(path, "add", "tracked.txt")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+# --- run_git --------------------------------------------------------------------------
+
+
+def test_run_git_returns_stdout(repo: Path) -> None:
+    assert vcs.run_git(repo, "rev-parse", "--abbrev-ref", "HEAD") == b"main\n"
+
+
+def test_run_git_failure_is_one_line_naming_the_command(repo: Path) -> None:
+    with pytest.raises(GitError) as caught:
+        vcs.run_git(repo, "rev-parse", "--verify", "no-such-branch")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("git rev-parse failed (exit 128): fatal:")
+
+
+def test_run_git_outside_a_directory_is_a_git_error(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="cannot run git"):
+        vcs.run_git(tmp_path / "missing", "status")
+
+
+def test_run_git_times_out_and_kills_git(repo: Path) -> None:
+    fifo = repo / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    # Opening a FIFO nobody writes to blocks forever.
+    with pytest.raises(GitError, match=r"timed out after 0\.5s"):
+        vcs.run_git(repo, "hash-object", "fifo", timeout_s=0.5)
+    assert time.monotonic() - started < 10
+
+
+def test_inherited_git_variables_do_not_redirect_git(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'core.fsmonitor'='touch /tmp/x'")
+    assert (
+        vcs.head_sha(repo)
+        == git(repo, "--git-dir", str(repo / ".git"), "rev-parse", "HEAD").strip()
+    )
+
+
+def test_caller_env_cannot_undo_the_hardening(repo: Path) -> None:
+    out = vcs.run_git(repo, "config", "core.hooksPath", env={"GIT_CONFIG_NOSYSTEM": "0"})
+    assert out == b"/dev/null\n"
+
+
+# --- queries ----------------------------------------------------------------------------
+
+
+def test_is_work_tree(repo: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert vcs.is_work_tree(repo)
+    assert vcs.is_work_tree(repo / ".")
+    assert not vcs.is_work_tree(plain)
+    assert not vcs.is_work_tree(tmp_path / "missing")
+
+
+def test_head_sha_is_none_before_the_first_commit(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q", "fresh")
+    assert vcs.head_sha(tmp_path / "fresh") is None
+
+
+def test_head_sha_follows_a_detached_head(repo: Path) -> None:
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "--detach")
+    assert vcs.head_sha(repo) == sha
+
+
+def test_status_lists_untracked_and_odd_names_but_not_ignored(repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "debug.log").write_text("x")
+    (repo / "tracked.txt").write_text("v2\n")
+    (repo / "dir").mkdir()
+    (repo / "dir" / "with space.txt").write_text("x")
+    (repo / "new\nline").write_text("x")
+    Path(os.fsdecode(bytes(repo) + b"/bad-\xff")).write_text("x")
+    (repo / "ünï.txt").write_text("x")
+    git(repo, "add", "tracked.txt")
+    git(repo, "mv", "tracked.txt", "renamed.txt")
+
+    entries = {e.path: e.xy for e in vcs.status(repo)}
+    assert entries == {
+        ".gitignore": "??",
+        "dir/with space.txt": "??",
+        "new\nline": "??",
+        os.fsdecode(b"bad-\xff"): "??",
+        "ünï.txt": "??",
+        "renamed.txt": "A ",
+        "tracked.txt": "D ",
+    }
+
+
+def test_operation_in_progress(repo: Path) -> None:
+    assert vcs.operation_in_progress(repo) is None
+    (repo / ".git" / "CHERRY_PICK_HEAD").write_text("0" * 40 + "\n")
+    assert vcs.operation_in_progress(repo) == "cherry-pick"
+
+
+def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Path) -> None:
+    (repo / "tracked.txt").write_text("v2\n")
+    (repo / "new.txt").write_text("n\n")
+    (repo / "agent-runner.toml").write_text("x\n")
+    tree = vcs.snapshot_tree(repo, vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch")
+    assert set(vcs.tree_entries(repo, tree)) == {"tracked.txt", "new.txt"}
+    assert (
+        git(repo, "status", "--porcelain") == " M tracked.txt\n?? agent-runner.toml\n?? new.txt\n"
+    )
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) -> None:
+    assert vcs.stash_push(repo, "nothing", ["."]) is None
+    (repo / "new.txt").write_text("n\n")
+    sha = vcs.stash_push(repo, "something", ["."])
+    assert sha == git(repo, "rev-parse", "refs/stash").strip()
+    assert not (repo / "new.txt").exists()
+
+
+def test_literal_pathspecs_match_glob_characters_literally(repo: Path) -> None:
+    (repo / "a*b").write_text("1")
+    (repo / "aXb").write_text("2")
+    sha = vcs.commit(repo, "only the star", vcs.literal_pathspecs(["a*b"]))
+    assert set(vcs.tree_entries(repo, sha)) == {"tracked.txt", "a*b"}
+    assert (repo / "aXb").exists()
+
+
+def test_index_lock_holders_sees_an_open_descriptor(repo: Path) -> None:
+    lock = repo / ".git" / "index.lock"
+    with lock.open("wb"):
+        assert vcs.index_lock_holders(lock) == [os.getpid()]
+    assert vcs.index_lock_holders(lock) == []
+
+
+# --- a poisoned repository runs nothing ---------------------------------------------------
+
+HOOKS = (
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-checkout",
+    "post-index-change",
+    "reference-transaction",
+    "pre-auto-gc",
+    "post-rewrite",
+)
+
+
+def poison(repo: Path, markers: Path) -> list[str]:
+    """Point every repo-controlled program git knows at a script that leaves a marker."""
+    markers.mkdir()
+    bin_dir = repo.parent / "evil"
+    bin_dir.mkdir()
+    hooks_dir = bin_dir / "hooks"
+    hooks_dir.mkdir()
+    names: list[str] = []
+
+    def script(name: str) -> str:
+        path = bin_dir / name
+        # Filters and textconv must still pass data through, or git could fail before the marker.
+        path.write_text(f'#!/bin/sh\ntouch "{markers}/{name}"\ncat\n')
+        path.chmod(0o755)
+        names.append(name)
+        return str(path)
+
+    for hook in HOOKS:
+        for where in (hooks_dir, repo / ".git" / "hooks"):
+            target = where / hook
+            target.write_text(f'#!/bin/sh\ntouch "{markers}/hook-{hook}"\n')
+            target.chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil merge=evil\n*.txt filter=a=b\n")
+    config = f"""
+[core]
+    fsmonitor = {script("fsmonitor")}
+    hooksPath = {hooks_dir}
+    pager = {script("core-pager")}
+    editor = {script("editor")}
+    sshCommand = {script("ssh")}
+    askPass = {script("askpass")}
+[sequence]
+    editor = {script("sequence-editor")}
+[pager]
+    status = {script("pager-status")}
+    stash = {script("pager-stash")}
+[alias]
+    status = !{script("alias-status")}
+    stash = !{script("alias-stash")}
+    st = !{script("alias-st")}
+[diff]
+    external = {script("diff-external")}
+[diff "evil"]
+    textconv = {script("textconv")}
+    command = {script("diff-command")}
+[merge "evil"]
+    driver = {script("merge-driver")}
+[filter "evil"]
+    clean = {script("filter-clean")}
+    smudge = {script("filter-smudge")}
+    required = true
+[filter "a=b"]
+    clean = {script("filter-equals-clean")}
+    smudge = {script("filter-equals-smudge")}
+[credential]
+    helper = !{script("credential")}
+[gpg]
+    program = {script("gpg")}
+[commit]
+    gpgSign = true
+[gc]
+    auto = 1
+    autoDetach = false
+"""
+    with (repo / ".git" / "config").open("a") as f:
+        f.write(config)
+    return names
+
+
+def test_the_poison_is_live_for_unhardened_git(repo: Path, tmp_path: Path) -> None:
+    poison(repo, tmp_path / "markers")
+    (repo / "tracked.txt").write_text("v2\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, capture_output=True, check=False)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-m", "x"],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+    )
+    fired = {p.name for p in (tmp_path / "markers").iterdir()}
+    assert {"fsmonitor", "filter-clean", "hook-pre-commit"} <= fired
+
+
+def test_a_poisoned_config_runs_nothing_through_a_stash_and_commit_cycle(
+    repo: Path, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    (repo / "racy.txt").write_text("committed just before the poison: racily clean\n")
+    git(repo, "add", "racy.txt")
+    git(repo, "commit", "-q", "-m", "racy")
+    poison(repo, markers)
+    events = RecordedEvents()
+    common: dict[str, Any] = {
+        "dirty_action": "commit",
+        "idempotency_s": 60.0,
+        "state_dir": tmp_path / "state",
+        "emit": events,
+        "now": 1_800_000_000.0,
+    }
+    (repo / "tracked.txt").write_text("round 1\n")
+    (repo / "new.txt").write_text("new\n")
+    stashed = secure_tree(repo, round_no=1, exit_cause="error", head_before=None, **common)
+    (repo / "tracked.txt").write_text("round 2\n")
+    (repo / "other.bin").write_bytes(b"\x00\x01")
+    head = vcs.head_sha(repo)
+    committed = secure_tree(repo, round_no=2, exit_cause="clean", head_before=head, **common)
+
+    assert sorted(p.name for p in markers.iterdir()) == []
+    assert events.of("dirty_action_failed") == []
+    assert stashed.action == "stash"
+    assert committed.action == "commit"
+    assert git(repo, "cat-file", "blob", f"{committed.ref}:tracked.txt") == "round 2\n"
+    assert git(repo, "cat-file", "blob", f"{stashed.ref}^3:new.txt") == "new\n"
+
+
+def test_poisoned_queries_run_nothing(repo: Path, tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    poison(repo, markers)
+    (repo / "tracked.txt").write_text("v2\n")
+    assert vcs.is_work_tree(repo)
+    vcs.status(repo)
+    vcs.head_sha(repo)
+    vcs.operation_in_progress(repo)
+    vcs.snapshot_tree(repo, ["."], tmp_path / "scratch")
+    assert list(markers.iterdir()) == []
