@@ -128,7 +128,7 @@ def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit
             emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
         else:
             files.append(entry.path)
-    return _Tree(top, rel, vcs.head_sha(top), tuple(files))
+    return _Tree(top, rel, vcs.head_sha(top), tuple(sorted(files)))
 
 
 def _clear_stale_index_lock(top: Path, round_no: int, emit: Emit) -> None:

@@ -1,0 +1,570 @@
+"""secure_tree against real git repositories: each action, idempotency, and odd repo states."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_runner.plugins import DirtyIntent
+from agent_runner.supervisor.dirty import DirtyView, TreeReport, intent_problem, secure_tree
+from tests.fakes import RecordedEvents
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def no_user_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in list(os.environ):
+        if name.startswith("GIT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    """Test-side git, with an identity of its own (the code under test must not need one)."""
+    out = subprocess.run(
+        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=check,
+        capture_output=True,
+    )
+    return out.stdout.decode("utf-8", "surrogateescape")
+
+
+def make_repo(tmp_path: Path, *, commit: bool = True) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    if commit:
+        (repo / "tracked.txt").write_text("v1\n")
+        (repo / ".gitignore").write_text("*.ignored\n")
+        git(repo, "add", "tracked.txt", ".gitignore")
+        git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+def secure(repo: Path, events: RecordedEvents, **overrides: Any) -> TreeReport:
+    head = (
+        subprocess.run(
+            ["git", "rev-parse", "-q", "--verify", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            check=False,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    kwargs: dict[str, Any] = {
+        "round_no": 7,
+        "exit_cause": "error",
+        "head_before": head or None,
+        "dirty_action": "stash",
+        "idempotency_s": 60.0,
+        "state_dir": repo.parent / "state",
+        "emit": events,
+        "now": NOW,
+    }
+    kwargs.update(overrides)
+    return secure_tree(repo, **kwargs)
+
+
+def stash_shas(repo: Path) -> list[str]:
+    return git(repo, "stash", "list", "--format=%H").split()
+
+
+def porcelain(repo: Path) -> str:
+    return git(repo, "status", "--porcelain", "--untracked-files=all")
+
+
+def leave_work(repo: Path) -> None:
+    (repo / "tracked.txt").write_text("v2\n")
+    (repo / "new.txt").write_text("brand new\n")
+
+
+# --- nothing to do ----------------------------------------------------------------------
+
+
+def test_clean_tree_reports_no_progress_and_emits_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    events = RecordedEvents()
+    report = secure(repo, events)
+    assert report.action == "none"
+    assert not report.dirty_before
+    assert not report.progressed
+    assert events.events == []
+
+
+def test_new_commit_by_the_agent_counts_as_progress(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    before = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "tracked.txt").write_text("agent\n")
+    git(repo, "commit", "-q", "-am", "agent work")
+    report = secure(repo, RecordedEvents(), head_before=before)
+    assert report.action == "none"
+    assert report.progressed
+
+
+def test_ignored_files_are_not_dirty_and_stay_on_disk(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "cache.ignored").write_text("keep me")
+    report = secure(repo, RecordedEvents())
+    assert report.action == "none"
+    assert (repo / "cache.ignored").read_text() == "keep me"
+
+
+# --- stash ------------------------------------------------------------------------------
+
+
+def test_stash_includes_untracked_files_and_leaves_the_tree_clean(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause="timeout")
+
+    assert events.kinds() == ["dirty_detected", "orphan_stashed"]
+    assert events.of("dirty_detected")[0] == {
+        "event": "dirty_detected",
+        "round": 7,
+        "files": ["new.txt", "tracked.txt"],
+        "count": 2,
+    }
+    sha = events.of("orphan_stashed")[0]["ref"]
+    assert report.action == "stash"
+    assert report.ref == sha
+    assert report.progressed
+    assert not report.dirty_after
+    assert len(sha) == 40
+    assert stash_shas(repo) == [sha]
+    assert (
+        git(repo, "log", "-1", "--format=%s", sha)
+        .strip()
+        .endswith("agent-runner round 7 (timeout)")
+    )
+    assert git(repo, "show", f"{sha}:tracked.txt") == "v2\n"
+    assert git(repo, "show", f"{sha}^3:new.txt") == "brand new\n"
+    assert porcelain(repo) == ""
+
+
+def test_stash_ref_is_a_sha_that_survives_later_stashes(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    first = secure(repo, events).ref
+    (repo / "tracked.txt").write_text("v3\n")
+    second = secure(repo, events, round_no=8).ref
+    (repo / "operator.txt").write_text("mine")
+    git(repo, "stash", "push", "-q", "-m", "operator's own stash", "--include-untracked")
+
+    assert first
+    assert second
+    assert first != second
+    assert not first.startswith("stash@")
+    assert stash_shas(repo)[1:] == [second, first]
+    assert git(repo, "show", f"{first}:tracked.txt") == "v2\n"
+
+
+def test_identical_work_within_the_window_is_not_stashed_twice(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    first = secure(repo, events).ref
+    leave_work(repo)
+    report = secure(repo, events, round_no=8, now=NOW + 30)
+
+    assert report.action == "skipped_idempotent"
+    assert events.of("orphan_idempotent_skip") == [
+        {"event": "orphan_idempotent_skip", "round": 8, "ref": first}
+    ]
+    assert stash_shas(repo) == [first]
+    assert (repo / "new.txt").exists()
+
+
+def test_identical_work_after_the_window_is_stashed_again(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    secure(repo, events)
+    leave_work(repo)
+    report = secure(repo, events, round_no=8, now=NOW + 61)
+    assert report.action == "stash"
+    assert len(stash_shas(repo)) == 2
+
+
+def test_different_work_within_the_window_is_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    secure(repo, events)
+    leave_work(repo)
+    (repo / "new.txt").write_text("different\n")
+    report = secure(repo, events, round_no=8, now=NOW + 1)
+    assert report.action == "stash"
+    assert len(stash_shas(repo)) == 2
+
+
+def test_stash_without_any_commit_fails_and_keeps_the_work(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, commit=False)
+    (repo / "first.txt").write_text("work")
+    events = RecordedEvents()
+    report = secure(repo, events)
+
+    assert report.action == "failed"
+    assert report.progressed
+    failed = events.of("dirty_action_failed")[0]
+    assert failed["action"] == "stash"
+    assert "no commits yet" in failed["reason"]
+    assert (repo / "first.txt").read_text() == "work"
+
+
+def test_stash_on_a_detached_head(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    git(repo, "checkout", "-q", "--detach")
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events)
+    assert report.action == "stash"
+    assert porcelain(repo) == ""
+
+
+# --- commit -----------------------------------------------------------------------------
+
+
+def test_commit_after_a_clean_exit_needs_no_user_identity(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause="clean", dirty_action="commit")
+
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert report.action == "commit"
+    assert report.ref == head
+    assert report.head_after == head != report.head_before
+    assert events.of("dirty_auto_committed") == [
+        {
+            "event": "dirty_auto_committed",
+            "round": 7,
+            "ref": head,
+            "files": ["new.txt", "tracked.txt"],
+        }
+    ]
+    assert git(repo, "log", "-1", "--format=%s|%an|%ae").strip() == (
+        "agent-runner: round 7|agent-runner|agent-runner@localhost"
+    )
+    assert porcelain(repo) == ""
+
+
+@pytest.mark.parametrize("cause", ["error", "timeout", "signal:SIGKILL", "stopped"])
+def test_commit_after_any_other_exit_stashes_instead(tmp_path: Path, cause: str) -> None:
+    repo = make_repo(tmp_path)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause=cause, dirty_action="commit")
+    assert report.action == "stash"
+    assert git(repo, "rev-parse", "HEAD").strip() == head
+    assert git(repo, "log", "-1", "--format=%s", "refs/stash").strip().endswith(f"({cause})")
+
+
+def test_commit_in_a_repository_without_commits_makes_the_root_commit(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, commit=False)
+    (repo / "first.txt").write_text("work")
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
+    assert report.action == "commit"
+    assert report.head_before is None
+    assert report.head_after == git(repo, "rev-parse", "HEAD").strip()
+    assert git(repo, "show", "HEAD:first.txt") == "work"
+
+
+def test_commit_on_a_detached_head_moves_only_head(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    main = git(repo, "rev-parse", "main").strip()
+    git(repo, "checkout", "-q", "--detach")
+    leave_work(repo)
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
+    assert report.action == "commit"
+    assert git(repo, "rev-parse", "main").strip() == main
+    assert git(repo, "rev-parse", "HEAD^").strip() == main
+
+
+# --- ignore -----------------------------------------------------------------------------
+
+
+def test_ignore_leaves_the_work_and_says_so(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, dirty_action="ignore")
+    assert report.action == "ignore"
+    assert report.dirty_after
+    assert events.kinds() == ["dirty_detected", "dirty_ignored"]
+    assert events.of("dirty_ignored")[0]["reason"]
+    assert (repo / "new.txt").exists()
+    assert stash_shas(repo) == []
+
+
+# --- odd repository states --------------------------------------------------------------
+
+
+def test_stale_index_lock_is_cleared_with_an_event(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    lock = repo / ".git" / "index.lock"
+    lock.write_bytes(b"half-written index of a killed git")
+    events = RecordedEvents()
+    report = secure(repo, events)
+    assert events.of("git_index_lock_cleared") == [
+        {"event": "git_index_lock_cleared", "round": 7, "path": str(lock)}
+    ]
+    assert report.action == "stash"
+    assert not lock.exists()
+
+
+def test_index_lock_held_by_a_live_process_is_left_alone(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    lock = repo / ".git" / "index.lock"
+    events = RecordedEvents()
+    with lock.open("wb"):
+        report = secure(repo, events)
+        assert lock.exists()
+    assert report.action == "failed"
+    assert f"pid {os.getpid()}" in events.of("dirty_action_failed")[0]["reason"]
+    assert (repo / "new.txt").exists()
+    assert events.of("git_index_lock_cleared") == []
+
+
+def test_merge_in_progress_is_left_for_the_operator(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    git(repo, "checkout", "-q", "-b", "side")
+    (repo / "tracked.txt").write_text("side\n")
+    git(repo, "commit", "-q", "-am", "side")
+    git(repo, "checkout", "-q", "main")
+    (repo / "tracked.txt").write_text("main\n")
+    git(repo, "commit", "-q", "-am", "main")
+    git(repo, "merge", "side", check=False)
+    (repo / "new.txt").write_text("more")
+    assert (repo / ".git" / "MERGE_HEAD").exists()
+
+    events = RecordedEvents()
+    report = secure(repo, events)
+    assert events.of("git_merge_in_progress") == [
+        {"event": "git_merge_in_progress", "round": 7, "operation": "merge"}
+    ]
+    assert report.action == "failed"
+    assert (repo / ".git" / "MERGE_HEAD").exists()
+    assert "<<<<<<<" in (repo / "tracked.txt").read_text()
+    assert (repo / "new.txt").exists()
+    assert stash_shas(repo) == []
+
+
+@pytest.mark.parametrize("action", ["stash", "commit"])
+def test_odd_file_names_are_secured(tmp_path: Path, action: str) -> None:
+    repo = make_repo(tmp_path)
+    names = [
+        b"with space.txt",
+        b"new\nline.txt",
+        b"caf\xc3\xa9 \xe2\x9c\x93.txt",
+        b"latin1-\xe9.txt",
+    ]
+    for name in names:
+        Path(os.fsdecode(bytes(repo) + b"/" + name)).write_bytes(name)
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause="clean", dirty_action=action)
+
+    assert report.action == action
+    assert porcelain(repo) == ""
+    files = events.of("dirty_detected")[0]["files"]
+    assert "café ✓.txt" in files
+    assert "latin1-\\xe9.txt" in files
+    assert "new\nline.txt" in files
+    tree = git(
+        repo,
+        "ls-tree",
+        "-r",
+        "-z",
+        "--name-only",
+        f"{report.ref}^3" if action == "stash" else "HEAD",
+    )
+    assert {os.fsencode(n) for n in tree.split("\0") if n} >= set(names)
+
+
+def test_modified_config_is_never_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "agent-runner.toml").write_text("schema_version = 1\n")
+    git(repo, "add", "agent-runner.toml")
+    git(repo, "commit", "-q", "-m", "config")
+    (repo / "agent-runner.toml").write_text("schema_version = 1\n# operator edit\n")
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events)
+
+    assert events.of("dirty_protected_file") == [
+        {"event": "dirty_protected_file", "round": 7, "path": "agent-runner.toml"}
+    ]
+    assert report.action == "stash"
+    assert not report.dirty_after
+    assert "# operator edit" in (repo / "agent-runner.toml").read_text()
+    assert git(repo, "show", f"{report.ref}:agent-runner.toml") == "schema_version = 1\n"
+    assert events.of("dirty_detected")[0]["files"] == ["new.txt", "tracked.txt"]
+
+
+def test_untracked_config_is_never_committed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "agent-runner.toml").write_text("schema_version = 1\n")
+    leave_work(repo)
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
+    assert report.action == "commit"
+    assert "agent-runner.toml" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD")
+    assert porcelain(repo) == "?? agent-runner.toml\n"
+
+
+def test_only_the_config_dirty_is_not_agent_work(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "agent-runner.toml").write_text("schema_version = 1\n")
+    events = RecordedEvents()
+    report = secure(repo, events)
+    assert report.action == "none"
+    assert not report.progressed
+    assert events.kinds() == ["dirty_protected_file"]
+
+
+def test_protected_log_dir_and_subdirectory_work_dir(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    work = repo / "project"
+    (work / "logs").mkdir(parents=True)
+    (work / "logs" / "events.jsonl").write_text("{}\n")
+    (work / "agent-runner.toml").write_text("schema_version = 1\n")
+    (work / "code.py").write_text("x = 1\n")
+    report = secure_tree(
+        work,
+        round_no=1,
+        exit_cause="error",
+        head_before=None,
+        dirty_action="stash",
+        idempotency_s=60,
+        state_dir=tmp_path / "state",
+        emit=RecordedEvents(),
+        now=NOW,
+        protected=("agent-runner.toml", str(work / "logs")),
+    )
+    assert report.action == "stash"
+    assert (work / "logs" / "events.jsonl").exists()
+    assert (work / "agent-runner.toml").exists()
+    assert not (work / "code.py").exists()
+    assert git(repo, "show", f"{report.ref}^3:project/code.py") == "x = 1\n"
+
+
+def test_not_a_work_tree_fails_without_raising(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "file").write_text("x")
+    events = RecordedEvents()
+    report = secure(plain, events, head_before=None)
+    assert report.action == "failed"
+    assert "not inside a git work tree" in events.of("dirty_action_failed")[0]["reason"]
+    assert (plain / "file").exists()
+
+
+# --- third-party intents ----------------------------------------------------------------
+
+
+def test_third_party_commit_of_a_subset(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "docs").mkdir()
+    (repo / "docs" / "guide.md").write_text("# guide\n")
+    leave_work(repo)
+    seen: list[DirtyView] = []
+
+    def keep_docs(view: DirtyView) -> DirtyIntent:
+        seen.append(view)
+        docs = [f for f in view.files if f.startswith("docs/")]
+        return DirtyIntent.commit(f"docs from round {view.round}", paths=docs)
+
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause="clean", decide=keep_docs, settings={"start_hour": 9})
+    assert seen[0].settings == {"start_hour": 9}
+    assert seen[0].files == ("docs/guide.md", "new.txt", "tracked.txt")
+    assert report.action == "commit"
+    assert git(repo, "log", "-1", "--format=%s").strip() == "docs from round 7"
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["docs/guide.md"]
+    assert report.dirty_after
+    assert (repo / "new.txt").exists()
+
+
+def test_third_party_commit_after_an_error_is_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, decide=lambda v: DirtyIntent.commit("half done"))
+    assert report.action == "stash"
+    assert "stashed instead" in events.of("dirty_intent_rejected")[0]["reason"]
+
+
+@pytest.mark.parametrize(
+    "intent",
+    [
+        DirtyIntent.commit("sneaky", paths=["agent-runner.toml"]),
+        DirtyIntent.commit("outside", paths=["../etc/passwd"]),
+        DirtyIntent.stash("two\nlines"),
+        DirtyIntent.stash("x" * 201),
+        "stash please",
+    ],
+)
+def test_invalid_third_party_intent_falls_back_to_the_builtin(
+    tmp_path: Path, intent: object
+) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(repo, events, exit_cause="clean", decide=lambda v: intent)
+    assert len(events.of("dirty_intent_rejected")) == 1
+    assert report.action == "stash"
+    assert (
+        git(repo, "log", "-1", "--format=%s", "refs/stash")
+        .strip()
+        .endswith("agent-runner round 7 (clean)")
+    )
+
+
+def test_raising_third_party_handler_falls_back_to_the_builtin(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+
+    def broken(view: DirtyView) -> DirtyIntent:
+        raise RuntimeError("boom")
+
+    events = RecordedEvents()
+    report = secure(repo, events, decide=broken)
+    assert "boom" in events.of("dirty_intent_rejected")[0]["reason"]
+    assert report.action == "stash"
+
+
+def test_third_party_ignore_and_empty_stash_message(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    events = RecordedEvents()
+    assert secure(repo, events, decide=lambda v: DirtyIntent.ignore("mine")).action == "ignore"
+    assert events.of("dirty_ignored")[0]["reason"] == "mine"
+    report = secure(repo, events, decide=lambda v: DirtyIntent.stash(""))
+    assert (
+        git(repo, "log", "-1", "--format=%s", f"{report.ref}")
+        .strip()
+        .endswith("agent-runner round 7 (error)")
+    )
+
+
+def test_intent_problem_accepts_a_valid_subset() -> None:
+    files = ("a.txt", "b.txt")
+    assert intent_problem(DirtyIntent.commit("ok", paths=["a.txt"]), files) is None
+    assert intent_problem(DirtyIntent.stash("ok"), files) is None
+    assert intent_problem(DirtyIntent("stash", "m", ("a.txt",)), files) == "stash takes no paths"
+    assert "control" in (intent_problem(DirtyIntent.ignore("a\x1bb"), files) or "")
+    assert "unknown action" in (intent_problem(DirtyIntent("reset", "m"), files) or "")  # type: ignore[arg-type]
