@@ -6,6 +6,7 @@ Confinement is complete (Landlock, seccomp, no privileges) before any plugin byt
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import importlib
@@ -47,7 +48,7 @@ _FS_MAKE_CHAR, _FS_MAKE_SOCK, _FS_MAKE_BLOCK, _FS_IOCTL_DEV = 1 << 6, 1 << 9, 1 
 _FS_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
 
 
-class ConfinementFailed(Exception):
+class ConfinementError(Exception):
     """A part of the confinement this call was required to have could not be applied."""
 
 
@@ -86,7 +87,13 @@ class CallConfig:
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.prctl.argtypes = [
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
 _libc.prctl.restype = ctypes.c_int
 
 
@@ -134,11 +141,13 @@ def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None
         for part in ("fs", "net", "scope", "seccomp"):
             if getattr(cfg, part) and not applied[part]:
                 problems.append(f"{part} restriction was required but not applied")
-    except (OSError, ConfinementFailed) as exc:
+    except (OSError, ConfinementError) as exc:
         # Descriptors, limits and privileges are never best effort.
         _finish(wire.encode_envelope("refused", detail=f"process setup failed: {exc}"))
     if problems and not cfg.best_effort:
-        _finish(wire.encode_envelope("refused", detail="confinement failed: " + "; ".join(problems)))
+        _finish(
+            wire.encode_envelope("refused", detail="confinement failed: " + "; ".join(problems))
+        )
     sys.dont_write_bytecode = True
     sys.path[:] = prebuilt.stdlib_paths
     sys.path_importer_cache.clear()
@@ -149,7 +158,7 @@ def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None
 def _attempt(problems: list[str], what: str, step: Callable[[], _T]) -> _T | None:
     try:
         return step()
-    except (OSError, ConfinementFailed) as exc:
+    except (OSError, ConfinementError) as exc:
         problems.append(f"{what}: {exc}")
     except Exception as exc:
         problems.append(f"{what}: {type(exc).__name__}: {exc}")
@@ -168,7 +177,7 @@ def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig) -> int | None:
     """Create this call's Landlock ruleset while still able to open every root."""
     if prebuilt.landlock_abi < 1:
         if cfg.fs:
-            raise ConfinementFailed("Landlock is not available")
+            raise ConfinementError("Landlock is not available")
         return None
     import py_landlock as ll  # noqa: PLC0415 - pre-imported by the fork server
 
@@ -181,11 +190,11 @@ def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig) -> int | None:
     writable = prebuilt.handled_fs & ~(
         _FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK | _FS_MAKE_SOCK | _FS_IOCTL_DEV
     )
-    for path, rights in [(cfg.scratch, writable)] + [(p, read_dir) for p in cfg.read_roots]:
+    for path, wanted in [(cfg.scratch, writable)] + [(p, read_dir) for p in cfg.read_roots]:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
-            if not os.path.isdir(path):
-                rights &= _FS_FILE_RIGHTS
+            # Directory-only rights on a file rule make landlock_add_rule fail with EINVAL.
+            rights = wanted if os.path.isdir(path) else wanted & _FS_FILE_RIGHTS
             ll.add_rule(ll.RulesetFd(ruleset), ll.PathBeneathAttr(rights, fd))
         finally:
             os.close(fd)
@@ -228,7 +237,7 @@ def _drop_privileges() -> None:
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
     if os.getresuid() != (NOBODY, NOBODY, NOBODY) or os.geteuid() == 0:
-        raise ConfinementFailed("could not switch to the unprivileged uid")
+        raise ConfinementError("could not switch to the unprivileged uid")
 
 
 def _read_small(path: str) -> str:
@@ -241,7 +250,7 @@ def _read_small(path: str) -> str:
 
 def _load_seccomp(bpf: bytes, applied: dict[str, bool]) -> None:
     if not bpf:
-        raise ConfinementFailed("no seccomp filter was built")
+        raise ConfinementError("no seccomp filter was built")
     program = syscalls.bind_self_pid(bpf, os.getpid())
     prog = _SockFprog(len(program) // 8, program)
     _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
@@ -249,7 +258,8 @@ def _load_seccomp(bpf: bytes, applied: dict[str, bool]) -> None:
 
 
 def _read_request() -> bytes:
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = os.read(REQUEST_FD, 1 << 16)
         if not chunk:
@@ -268,10 +278,9 @@ def _finish(envelope: bytes) -> None:
     except OSError:
         pass  # the parent reports a missing result; nothing else to do here
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # The plugin may have closed or replaced them; its output is not ours to save.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass  # the plugin closed or broke it; its output is not ours to save
     os._exit(0)
 
 
@@ -340,7 +349,9 @@ class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
-def run_request(data: bytes, applied: dict[str, bool], abi: int, notes: list[str]) -> bytes:
+def run_request(  # noqa: PLR0911 - one return per way a call can end
+    data: bytes, applied: dict[str, bool], abi: int, notes: list[str]
+) -> bytes:
     """Decode the request, import the plugin from its sources, call the hook: the envelope."""
     try:
         request = wire.decode_request(data)
@@ -414,13 +425,13 @@ def _selftest(operation: str, view: Mapping[str, Any]) -> bytes:
         "read_outside": lambda: open(target, "rb").close(),
         "write_outside": lambda: open(target + ".w", "wb").close(),
         "read_parent_environ": lambda: open(f"/proc/{parent}/environ", "rb").close(),
-        "tcp_connect": lambda: socket.create_connection(("127.0.0.1", 9), timeout=1).close(),
+        "tcp_connect": _tcp_connect,
         "unix_socket": lambda: socket.socket(socket.AF_UNIX).close(),
         "signal_parent": lambda: os.kill(parent, 0),
         "ptrace": lambda: _ptrace_attach(parent),
-        "exec": lambda: os.execv("/bin/true", ["true"]),
+        "exec": lambda: os.execv("/bin/true", ["true"]),  # noqa: S606 - the probe itself
         "fork": _fork_and_reap,
-        "chmod": lambda: os.chmod(_scratch_file(), 0o777),
+        "chmod": lambda: os.chmod(_scratch_file(), 0o777),  # noqa: S103 - the probe itself
     }
     if operation not in operations:
         return wire.encode_envelope("refused", detail=f"unknown self-test {operation!r}")
@@ -428,6 +439,12 @@ def _selftest(operation: str, view: Mapping[str, Any]) -> bytes:
     if operation == "tcp_connect" and "Connection refused" in detail:
         blocked = False  # the kernel let the connect through; nothing happened to listen
     return wire.encode_envelope("ok", {"blocked": blocked, "detail": detail[:500]})
+
+
+def _tcp_connect() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        sock.connect(("127.0.0.1", 9))
 
 
 def _ptrace_attach(pid: int) -> None:

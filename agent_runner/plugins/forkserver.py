@@ -6,6 +6,7 @@ holds no secrets and never imports plugin code. Protocol: JSON datagrams on a SE
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import importlib
 import json
@@ -15,6 +16,7 @@ import signal
 import socket
 import sys
 import sysconfig
+import traceback
 from typing import Any
 
 from agent_runner.plugins import confine, syscalls
@@ -23,7 +25,38 @@ PR_SET_CHILD_SUBREAPER = 36
 HIGH_FD = 100
 MAX_MESSAGE_BYTES = 1 << 16
 # Modules a typical hook needs: the child cannot open the stdlib by path once it runs as nobody.
-PRELOADED = ["base64", "bisect", "calendar", "collections", "collections.abc", "copy", "dataclasses", "datetime", "decimal", "enum", "fnmatch", "functools", "hashlib", "heapq", "itertools", "json", "math", "operator", "pathlib", "random", "re", "shlex", "statistics", "string", "textwrap", "time", "types", "typing", "uuid", "zoneinfo"]
+PRELOADED = [
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "collections.abc",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "enum",
+    "fnmatch",
+    "functools",
+    "hashlib",
+    "heapq",
+    "itertools",
+    "json",
+    "math",
+    "operator",
+    "pathlib",
+    "random",
+    "re",
+    "shlex",
+    "statistics",
+    "string",
+    "textwrap",
+    "time",
+    "types",
+    "typing",
+    "uuid",
+    "zoneinfo",
+]
 
 
 def main(config_json: str) -> None:
@@ -177,6 +210,8 @@ class Server:
         if pid == 0:
             try:
                 confine.confine_and_run(self._prebuilt, cfg, fds)
+            except BaseException:  # a child must never return into the server loop
+                traceback.print_exc()
             finally:
                 os._exit(71)
         pidfd = os.pidfd_open(pid)
@@ -219,10 +254,8 @@ class Server:
 
     @staticmethod
     def _kill_group(pid: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # the whole group is already gone
 
 
 def _own_children() -> list[int]:

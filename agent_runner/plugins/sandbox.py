@@ -54,7 +54,8 @@ class _Located:
         where = _cfg["locations"].get(name)
         if where is None:
             return None
-        return importlib.util.spec_from_file_location(name, where[0], submodule_search_locations=where[1])
+        return importlib.util.spec_from_file_location(
+            name, where[0], submodule_search_locations=where[1])
 sys.meta_path.insert(0, _Located)
 from agent_runner.plugins import forkserver
 forkserver.main(sys.argv[1])
@@ -114,7 +115,9 @@ class _Outcome:
     server_died: bool = False
 
 
-def classify(family: str, outcome: _Outcome, timeout_s: float) -> CallResult:
+def classify(  # noqa: PLR0911, PLR0912 - one branch per distinguishable end of a call
+    family: str, outcome: _Outcome, timeout_s: float
+) -> CallResult:
     """Turn what was observed of a child into a CallResult (pure)."""
     tail = outcome.stderr[-wire.MAX_STDERR_BYTES :].decode("utf-8", "replace")
     out_of_memory = "MemoryError" in tail or "Cannot allocate memory" in tail
@@ -250,9 +253,11 @@ def _module_locations(mode: Mode) -> dict[str, tuple[str, list[str] | None]]:
     for name in ("py_landlock", "pyseccomp"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
-            locations[name] = (spec.origin, spec.submodule_search_locations and [
-                str(p) for p in spec.submodule_search_locations
-            ])
+            locations[name] = (
+                spec.origin,
+                spec.submodule_search_locations
+                and [str(p) for p in spec.submodule_search_locations],
+            )
     return locations
 
 
@@ -350,15 +355,17 @@ class Sandbox:
         with self._lock:
             result = self._call_locked(request, self._timeout_s, best_effort=True)
         if result.status != "ok":
-            reason = f"the probe child failed: {result.status}: {result.detail}"
-            return ProbeReport("none", 0, False, False, False, False, reason)
+            failure = f"the probe child failed: {result.status}: {result.detail}"
+            return ProbeReport("none", 0, False, False, False, False, failure)
         value = result.value
         fs, seccomp = value["fs"], value["seccomp"]
         self._enforce = {key: bool(value[key]) for key in ("fs", "net", "scope", "seccomp")}
-        tier: Tier = "full" if fs and seccomp else "landlock" if fs else "seccomp" if seccomp else "none"
+        tier: Tier = (
+            "full" if fs and seccomp else "landlock" if fs else "seccomp" if seccomp else "none"
+        )
         notes = [*self._server.ready.get("notes", []), value["notes"]]
         missing = [key for key in ("fs", "seccomp") if not value[key]]
-        reason = None
+        reason: str | None = None
         if tier != "full":
             detail = "; ".join(dict.fromkeys(n for n in notes if n)) or "no reason reported"
             reason = f"not enforced: {', '.join(missing)} ({detail})"
@@ -377,7 +384,12 @@ class Sandbox:
         return classify(request.family, outcome, timeout_s)
 
     def _run(
-        self, server: _ForkServer, request: CallRequest, timeout_s: float, scratch: Path, best_effort: bool
+        self,
+        server: _ForkServer,
+        request: CallRequest,
+        timeout_s: float,
+        scratch: Path,
+        best_effort: bool,
     ) -> _Outcome:
         payload = wire.encode_request(
             request.family, request.entry, request.hook, request.view, request.sources
@@ -445,7 +457,9 @@ class Sandbox:
 class _Exchange:
     """One call's I/O: feed the request, drain result and stderr, follow the server's reports."""
 
-    def __init__(self, server: _ForkServer, payload: bytes, req_w: int, res_r: int, err_r: int) -> None:
+    def __init__(
+        self, server: _ForkServer, payload: bytes, req_w: int, res_r: int, err_r: int
+    ) -> None:
         self._server = server
         self._payload = memoryview(payload)
         self._req_w, self._res_r, self._err_r = req_w, res_r, err_r

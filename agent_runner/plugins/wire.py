@@ -52,7 +52,7 @@ def encode_request(
 
 def decode_request(data: bytes) -> dict[str, Any]:
     """The request as the child reads it; sources come back as bytes."""
-    request = loads_strict(data)
+    request: dict[str, Any] = loads_strict(data)
     _expect_keys(request, {"family", "entry", "hook", "view", "sources"}, "request")
     if request["family"] not in FAMILIES:
         raise WireError(f"unknown family {request['family']!r}")
