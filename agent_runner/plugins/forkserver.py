@@ -6,6 +6,7 @@ holds no secrets and never imports plugin code. Protocol: JSON datagrams on a SE
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import importlib
@@ -58,6 +59,8 @@ PRELOADED = [
     "zoneinfo",
 ]
 
+PRELOADED_CODECS = ("ascii", "idna", "latin-1", "utf-8", "utf-16", "utf-32")
+
 
 def main(config_json: str) -> None:
     """Run the server until the control socket closes."""
@@ -72,6 +75,8 @@ def main(config_json: str) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             prebuilt.notes.append(f"preload {name}: {exc}")
+    for codec in PRELOADED_CODECS:
+        codecs.lookup(codec)
     control = socket.socket(fileno=int(config["control_fd"]))
     ready = {
         "event": "ready",
