@@ -53,9 +53,10 @@ def parse(tail: bytes, *, now: float) -> Findings:
         transient, reason = _result_error(result, now)
         others.append(transient)
         auth = reason or auth
-    # The structured reset from rate_limit_event beats any reset read from prose.
+    # The structured reset from rate_limit_event beats any reset read from prose; without
+    # any reset, the rejected window names the limit better than a bare status code.
     exact = [t for t in rejected.values() if t.reset_at is not None]
-    transient = pick_transient(exact) or pick_transient([*rejected.values(), *others])
+    transient = pick_transient(exact) or pick_transient([*others, *rejected.values()])
     if transient is None and auth is None:
         plain = [line for line, objects in lines if not objects and line.strip()]
         fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
