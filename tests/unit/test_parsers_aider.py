@@ -1,0 +1,93 @@
+"""aider plain-text transcripts: litellm errors after the last reply, the Tokens/Cost lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_runner.parsers import Findings, Usage, parse_transcript
+from agent_runner.parsers.aider import parse
+
+NOW = 1_800_000_000.0
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "aider"
+MODEL = "anthropic/claude-sonnet-4-20250514"
+
+
+def fixture(name: str) -> Findings:
+    return parse_transcript("aider", FIXTURES / name, now=NOW)
+
+
+def test_success_sums_each_reply_and_takes_the_session_cost() -> None:
+    assert fixture("success.log") == Findings(
+        usage=Usage(
+            model=MODEL,
+            input_tokens=12_000 + 14_000,
+            output_tokens=1_200 + 345,
+            cache_read_tokens=8_100,
+            cache_creation_tokens=2_400,
+            cost_usd=0.08,
+        )
+    )
+
+
+def test_rate_limit_with_only_aiders_own_retry_pacing_has_no_reset() -> None:
+    found = fixture("rate_limit.log")
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == ("rate_limit_model", None)
+    assert found.usage is None
+
+
+def test_provider_stated_retry_delay_is_the_reset() -> None:
+    found = fixture("openai_rate_limit_reset.log")
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_model",
+        NOW + 2.5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "classification"),
+    [("overloaded.log", "api_transient_5xx"), ("timeout.log", "api_timeout")],
+)
+def test_server_errors_and_timeouts_are_classified(name: str, classification: str) -> None:
+    found = fixture(name)
+    assert found.transient is not None
+    assert found.transient.classification == classification
+
+
+def test_authentication_error_is_an_auth_failure() -> None:
+    found = fixture("auth.log")
+    assert found.transient is None
+    assert (
+        found.auth_error == "The API provider is not able to authenticate you. Check your API key."
+    )
+
+
+def test_rate_limit_retried_into_a_reply_does_not_count() -> None:
+    assert fixture("rate_limit_then_recovered.log") == Findings(
+        usage=Usage(MODEL, 9_800, 512, None, None, 0.04)
+    )
+
+
+def test_error_after_a_reply_counts_and_keeps_the_usage() -> None:
+    found = fixture("error_after_reply.log")
+    assert found.transient is not None
+    assert found.transient.classification == "api_transient_5xx"
+    assert found.usage == Usage(MODEL, 9_800, 512, None, None, 0.04)
+
+
+def test_code_in_the_reply_that_mentions_429_is_not_an_error() -> None:
+    tail = (
+        b"if status == 429:  # rate limit exceeded, too many requests\n"
+        b"Tokens: 1.5k sent, 20 received. Cost: $0.01 message, $0.01 session.\n"
+    )
+    assert parse(tail, now=NOW) == Findings(usage=Usage(None, 1_500, 20, None, None, 0.01))
+
+
+def test_tokens_line_without_cost_is_usage_without_cost() -> None:
+    tail = b"Model: ollama/qwen2.5-coder with whole edit format\nTokens: 812 sent, 1.1k received.\n"
+    assert parse(tail, now=NOW) == Findings(
+        usage=Usage("ollama/qwen2.5-coder", 812, 1_100, None, None, None)
+    )

@@ -1,0 +1,96 @@
+"""Gemini CLI headless transcripts: the pretty-printed JSON result and stream-json events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_runner.parsers import Findings, Transient, Usage, parse_transcript
+from agent_runner.parsers.gemini import parse
+
+NOW = 1_800_000_000.0
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "gemini"
+
+
+def fixture(name: str) -> Findings:
+    return parse_transcript("gemini", FIXTURES / name, now=NOW)
+
+
+def test_success_sums_tokens_over_models_and_names_the_busiest() -> None:
+    assert fixture("success.json") == Findings(
+        usage=Usage("gemini-2.5-pro", 24939 + 1200, 420 + 31, 21263, None, None)
+    )
+
+
+def test_model_capacity_quota_resets_after_the_stated_duration() -> None:
+    found = fixture("quota_model_capacity.json")
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_model",
+        NOW + 2 * 3600 + 3 * 60 + 4,
+    )
+    assert found.transient.detail.startswith("TerminalQuotaError 429: You have exhausted")
+
+
+def test_exceeded_quota_uses_the_retry_delay() -> None:
+    found = fixture("quota_exceeded_retry_delay.json")
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_account",
+        NOW + 3600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "classification"),
+    [("server_503.json", "api_transient_5xx"), ("timeout.json", "api_timeout")],
+)
+def test_server_errors_and_timeouts_are_classified(name: str, classification: str) -> None:
+    found = fixture(name)
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (classification, None)
+
+
+def test_missing_auth_method_exit_code_is_an_auth_failure() -> None:
+    found = fixture("auth_method_missing.json")
+    assert found.transient is None
+    assert found.auth_error is not None
+    assert found.auth_error.startswith("FatalAuthenticationError 41: Please set an Auth method")
+
+
+def test_invalid_api_key_is_an_auth_failure_with_the_key_masked() -> None:
+    found = fixture("api_key_invalid.json")
+    assert found.auth_error == (
+        "Error 400: API key not valid. Please pass a valid API key. (key AIza***)"
+    )
+
+
+def test_stream_json_success_reads_flat_stats() -> None:
+    assert fixture("stream_success.jsonl") == Findings(
+        usage=Usage("gemini-2.5-pro", 5012, 309, 4096, None, None)
+    )
+
+
+def test_stream_json_error_result_is_classified_and_warnings_are_not() -> None:
+    found = fixture("stream_quota_error.jsonl")
+    assert found.transient == Transient(
+        "rate_limit_model",
+        NOW + 45 * 60 + 10,
+        "TerminalQuotaError: You have exhausted your capacity on this model. "
+        "Your quota will reset after 45m10s.",
+    )
+
+
+def test_plain_text_quota_error_falls_back_to_text() -> None:
+    found = fixture("plain_text_quota.log")
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_model",
+        NOW + 3600 + 49 * 60 + 8,
+    )
+
+
+def test_error_object_with_an_http_code_only() -> None:
+    tail = b'{"error": {"type": "Error", "message": "", "code": 504}}\n'
+    assert parse(tail, now=NOW).transient == Transient("api_transient_5xx", None, "Error 504:")
