@@ -103,9 +103,13 @@ def run_git(
     timeout_s: float = GIT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
+    overrides: Sequence[tuple[str, str]] | None = None,
 ) -> bytes:
-    """Run hardened git in `work_dir` and return its stdout; raise GitError unless it exits 0."""
-    result = _run(work_dir, args, timeout_s=timeout_s, env=env, input=input)
+    """Run hardened git in `work_dir` and return its stdout; raise GitError unless it exits 0.
+
+    `overrides` are the filter-driver overrides from `filter_overrides`; None looks them up.
+    """
+    result = _run(work_dir, args, timeout_s=timeout_s, env=env, input=input, overrides=overrides)
     if result.returncode != 0:
         raise GitError(_failure(args, result))
     return result.stdout
@@ -118,23 +122,42 @@ def _run(
     timeout_s: float = GIT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
+    overrides: Sequence[tuple[str, str]] | None = None,
 ) -> GitResult:
+    proc = _start(work_dir, args, env=env, stdin=input is not None, overrides=overrides)
+    return _finish(proc, args, input, timeout_s)
+
+
+def _start(
+    work_dir: Path,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: bool = False,
+    overrides: Sequence[tuple[str, str]] | None = None,
+) -> subprocess.Popen[bytes]:
     full_env = _base_env(env or {})
     if _subcommand(args) not in _FILTER_FREE:
-        _add_config(full_env, _filter_overrides(work_dir, full_env))
-    argv = ["git", *HARDENING_ARGS, *args]
+        if overrides is None:
+            overrides = filter_overrides(work_dir)
+        _add_config(full_env, overrides)
     try:
-        proc = subprocess.Popen(
-            argv,
+        return subprocess.Popen(
+            ["git", *HARDENING_ARGS, *args],
             cwd=work_dir,
             env=full_env,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # so a timeout can kill git's own children too
         )
     except OSError as exc:
         raise GitError(f"cannot run git in {work_dir}: {exc.strerror or exc}") from exc
+
+
+def _finish(
+    proc: subprocess.Popen[bytes], args: Sequence[str], input: bytes | None, timeout_s: float
+) -> GitResult:
     try:
         out, err = proc.communicate(input, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -168,13 +191,11 @@ def _add_config(env: dict[str, str], pairs: Sequence[tuple[str, str]]) -> None:
     env["GIT_CONFIG_COUNT"] = str(base + len(pairs))
 
 
-def _filter_overrides(work_dir: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Empty every `filter.<driver>.clean|smudge|process` the config defines, and unrequire it."""
-    result = _run(
-        work_dir,
-        ["config", "--null", "--name-only", "--get-regexp", r"^filter\."],
-        env={k: v for k, v in env.items() if k.startswith("GIT_CONFIG_")},
-    )
+def filter_overrides(work_dir: Path) -> list[tuple[str, str]]:
+    """Config pairs emptying every `filter.<driver>.clean|smudge|process` defined, unrequired."""
+    # In-repo .gitattributes cannot be switched off (no GIT_ATTR_SOURCE before git 2.40), but a
+    # filter only runs when config names its program: so every configured driver is emptied.
+    result = _run(work_dir, ["config", "--null", "--name-only", "--get-regexp", r"^filter\."])
     if result.returncode == 1:  # no key matched
         return []
     if result.returncode != 0:
@@ -214,23 +235,48 @@ def _failure(args: Sequence[str], result: GitResult) -> str:
     return text[:_MAX_ERROR_CHARS]
 
 
+@dataclass(frozen=True)
+class Repo:
+    """A work tree opened once: its top, its git directory, HEAD and the filter overrides."""
+
+    top: Path
+    git_dir: Path
+    head: str | None
+    overrides: tuple[tuple[str, str], ...]
+
+    def git(
+        self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
+    ) -> bytes:
+        """`run_git` at the top of this work tree, reusing its filter overrides."""
+        return run_git(self.top, *args, env=env, input=input, overrides=self.overrides)
+
+
+def open_repo(work_dir: Path) -> Repo:
+    """Locate the work tree containing `work_dir`; GitError when there is none."""
+    if not work_dir.is_dir():
+        raise GitError(f"{work_dir} is not a directory")
+    args = ["rev-parse", "--show-toplevel", "--absolute-git-dir", "-q", "--verify", "HEAD^{commit}"]
+    # Both run at once: this sits between two rounds, on the restart-latency path.
+    locating = _start(work_dir, args)
+    try:
+        overrides = tuple(filter_overrides(work_dir))
+    finally:
+        result = _finish(locating, args, None, GIT_TIMEOUT_S)
+    lines = result.stdout.split(b"\n")
+    # Exit 1 with both paths printed is an unborn HEAD; anything else is no work tree at all.
+    if result.returncode not in (0, 1) or len(lines) < 3 or not lines[0]:
+        raise GitError(f"{work_dir} is not inside a git work tree")
+    head = lines[2].decode("ascii") if result.returncode == 0 else None
+    top = Path(os.fsdecode(lines[0]))
+    return Repo(top, Path(os.fsdecode(lines[1])), head or None, overrides)
+
+
 def is_work_tree(work_dir: Path) -> bool:
     """True when `work_dir` is inside a git work tree."""
     if not work_dir.is_dir():
         return False
     result = _run(work_dir, ["rev-parse", "--is-inside-work-tree"])
     return result.returncode == 0 and result.stdout.strip() == b"true"
-
-
-def toplevel(work_dir: Path) -> Path:
-    """The root of the work tree containing `work_dir`."""
-    return Path(os.fsdecode(run_git(work_dir, "rev-parse", "--show-toplevel").rstrip(b"\n")))
-
-
-def git_path(top: Path, name: str) -> Path:
-    """Absolute path of `name` (`index.lock`, `MERGE_HEAD`) in the repository's git directory."""
-    out = os.fsdecode(run_git(top, "rev-parse", "--git-path", name).rstrip(b"\n"))
-    return (top / out).absolute()
 
 
 def head_sha(work_dir: Path) -> str | None:
@@ -246,10 +292,9 @@ def resolve(work_dir: Path, rev: str) -> str | None:
     return result.stdout.decode("ascii").strip()
 
 
-def status(top: Path) -> tuple[StatusEntry, ...]:
+def status(repo: Repo) -> tuple[StatusEntry, ...]:
     """Changed and untracked (not ignored) files, one entry per path, renames split in two."""
-    out = run_git(
-        top,
+    out = repo.git(
         "status",
         "--porcelain=v1",
         "-z",
@@ -264,10 +309,10 @@ def status(top: Path) -> tuple[StatusEntry, ...]:
     return tuple(entries)
 
 
-def operation_in_progress(top: Path) -> str | None:
+def operation_in_progress(repo: Repo) -> str | None:
     """`merge`, `rebase`, `cherry-pick` or `revert` when one was left half-done, else None."""
     for name, operation in _OPERATIONS:
-        if git_path(top, name).exists():
+        if (repo.git_dir / name).exists():
             return operation
     return None
 
@@ -289,25 +334,24 @@ def _pathspec_input(pathspecs: Sequence[str]) -> bytes:
 _PATHSPEC_STDIN = ("--pathspec-from-file=-", "--pathspec-file-nul")
 
 
-def snapshot_tree(top: Path, pathspecs: Sequence[str], scratch: Path) -> str:
+def snapshot_tree(repo: Repo, pathspecs: Sequence[str], scratch: Path) -> str:
     """Tree id of the work tree as `git add -A` would stage it, built in a throwaway index."""
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
         index = Path(tmp) / "index"
-        real_index = git_path(top, "index")
+        real_index = repo.git_dir / "index"
         if real_index.exists():
             # Starting from the real index reuses its stat data: unchanged files are not rehashed.
             shutil.copyfile(real_index, index)
         env = {"GIT_INDEX_FILE": str(index)}
-        run_git(top, "add", "-A", *_PATHSPEC_STDIN, env=env, input=_pathspec_input(pathspecs))
-        return run_git(top, "write-tree", env=env).decode("ascii").strip()
+        repo.git("add", "-A", *_PATHSPEC_STDIN, env=env, input=_pathspec_input(pathspecs))
+        return repo.git("write-tree", env=env).decode("ascii").strip()
 
 
-def stash_push(top: Path, message: str, pathspecs: Sequence[str]) -> str | None:
+def stash_push(repo: Repo, message: str, pathspecs: Sequence[str]) -> str | None:
     """Stash matching changes, untracked files included; the new stash's SHA, or None if none."""
-    before = resolve(top, "refs/stash")
-    run_git(
-        top,
+    before = resolve(repo.top, "refs/stash")
+    repo.git(
         "stash",
         "push",
         "--include-untracked",
@@ -316,16 +360,15 @@ def stash_push(top: Path, message: str, pathspecs: Sequence[str]) -> str | None:
         *_PATHSPEC_STDIN,
         input=_pathspec_input(pathspecs),
     )
-    after = resolve(top, "refs/stash")
+    after = resolve(repo.top, "refs/stash")
     return after if after != before else None
 
 
-def commit(top: Path, message: str, pathspecs: Sequence[str]) -> str:
+def commit(repo: Repo, message: str, pathspecs: Sequence[str]) -> str:
     """Commit exactly the matching paths as they are on disk; the new HEAD."""
     spec = _pathspec_input(pathspecs)
-    run_git(top, "add", "-A", *_PATHSPEC_STDIN, input=spec)
-    run_git(
-        top,
+    repo.git("add", "-A", *_PATHSPEC_STDIN, input=spec)
+    repo.git(
         "commit",
         "--no-verify",
         "--no-gpg-sign",
@@ -336,15 +379,15 @@ def commit(top: Path, message: str, pathspecs: Sequence[str]) -> str:
         *_PATHSPEC_STDIN,
         input=spec,
     )
-    sha = head_sha(top)
+    sha = head_sha(repo.top)
     if sha is None:
         raise GitError("git commit reported success but HEAD names no commit")
     return sha
 
 
-def tree_entries(top: Path, treeish: str) -> dict[str, TreeEntry]:
+def tree_entries(repo: Repo, treeish: str) -> dict[str, TreeEntry]:
     """Every path under `treeish` with its mode and object id."""
-    out = run_git(top, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", treeish)
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", treeish)
     entries = {}
     for record in out.split(b"\0"):
         if not record:

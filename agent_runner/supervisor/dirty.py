@@ -20,7 +20,8 @@ from agent_runner.plugins.builtin import dirty as builtin_dirty
 
 EVENT_FILES_MAX = 20
 MESSAGE_MAX_CHARS = 200
-LAST_STASH_FILE = "last-stash.json"
+LAST_STASH_FILE = "dirty-last-stash.json"
+SCRATCH_DIR = "dirty-scratch"
 
 Emit = Callable[..., None]
 Decide = Callable[["DirtyView"], DirtyIntent]
@@ -56,10 +57,13 @@ class TreeReport:
 
 @dataclass(frozen=True)
 class _Tree:
-    top: Path
+    repo: vcs.Repo
     protected: tuple[str, ...]
-    head: str | None
     files: tuple[str, ...]
+
+    @property
+    def head(self) -> str | None:
+        return self.repo.head
 
 
 def secure_tree(
@@ -116,23 +120,21 @@ def display_path(path: str) -> str:
 
 
 def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit) -> _Tree:
-    if not vcs.is_work_tree(work_dir):
-        raise GitError(f"{work_dir} is not inside a git work tree")
-    top = vcs.toplevel(work_dir)
-    _clear_stale_index_lock(top, round_no, emit)
-    rel = _relative_to_top(work_dir, top, protected)
+    repo = vcs.open_repo(work_dir)
+    _clear_stale_index_lock(repo, round_no, emit)
+    rel = _relative_to_top(work_dir, repo.top, protected)
     files = []
-    for entry in vcs.status(top):
+    for entry in vcs.status(repo):
         if _is_protected(entry.path, rel):
             # The supervisor's own config and logs are the operator's, not the agent's work.
             emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
         else:
             files.append(entry.path)
-    return _Tree(top, rel, vcs.head_sha(top), tuple(sorted(files)))
+    return _Tree(repo, rel, tuple(sorted(files)))
 
 
-def _clear_stale_index_lock(top: Path, round_no: int, emit: Emit) -> None:
-    lock = vcs.git_path(top, "index.lock")
+def _clear_stale_index_lock(repo: vcs.Repo, round_no: int, emit: Emit) -> None:
+    lock = repo.git_dir / "index.lock"
     if not lock.exists():
         return
     holders = vcs.index_lock_holders(lock)
@@ -230,7 +232,7 @@ class _Job:
             reason = intent.message or "handler chose ignore"
             self.emit("dirty_ignored", round=self.round_no, reason=reason)
             return TreeReport(self.head_before, tree.head, True, True, "ignore")
-        operation = vcs.operation_in_progress(tree.top)
+        operation = vcs.operation_in_progress(tree.repo)
         if operation is not None:
             self.emit("git_merge_in_progress", round=self.round_no, operation=operation)
             raise GitError(f"a {operation} is in progress; left for the operator")
@@ -247,19 +249,19 @@ class _Job:
                 "the repository has no commits yet, so git cannot stash; work left on disk"
             )
         pathspecs = vcs.all_but(tree.protected)
-        snapshot = vcs.snapshot_tree(tree.top, pathspecs, self.state_dir / "scratch")
+        snapshot = vcs.snapshot_tree(tree.repo, pathspecs, self.state_dir / SCRATCH_DIR)
         previous = self.recent_identical_stash(snapshot)
         if previous is not None:
             self.emit("orphan_idempotent_skip", round=self.round_no, ref=previous)
             return TreeReport(
                 self.head_before, tree.head, True, True, "skipped_idempotent", previous
             )
-        sha = vcs.stash_push(tree.top, intent.message, pathspecs)
+        sha = vcs.stash_push(tree.repo, intent.message, pathspecs)
         if sha is None:
             raise GitError("git stash saved nothing; work left on disk")
-        stashed = dict(vcs.tree_entries(tree.top, f"{sha}^{{tree}}"))
-        if vcs.resolve(tree.top, f"{sha}^3") is not None:  # the untracked-files parent
-            stashed.update(vcs.tree_entries(tree.top, f"{sha}^3"))
+        stashed = dict(vcs.tree_entries(tree.repo, f"{sha}^{{tree}}"))
+        if vcs.resolve(tree.repo.top, f"{sha}^3") is not None:  # the untracked-files parent
+            stashed.update(vcs.tree_entries(tree.repo, f"{sha}^3"))
         self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
         _save_last_stash(self.state_dir, {"tree": snapshot, "ref": sha, "at": self.now})
         self.emit("orphan_stashed", round=self.round_no, ref=sha)
@@ -273,18 +275,18 @@ class _Job:
         age = self.now - float(last.get("at", 0))
         if not 0 <= age < self.idempotency_s:
             return None
-        return ref if vcs.resolve(self.tree.top, f"{ref}^{{commit}}") == ref else None
+        return ref if vcs.resolve(self.tree.repo.top, f"{ref}^{{commit}}") == ref else None
 
     def commit(self, intent: DirtyIntent) -> TreeReport:
         tree = self.tree
         paths = intent.paths or tree.files
         pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.protected)
-        snapshot = vcs.snapshot_tree(tree.top, pathspecs, self.state_dir / "scratch")
-        sha = vcs.commit(tree.top, intent.message, pathspecs)
-        parent = vcs.resolve(tree.top, f"{sha}^") if tree.head is not None else None
+        snapshot = vcs.snapshot_tree(tree.repo, pathspecs, self.state_dir / SCRATCH_DIR)
+        sha = vcs.commit(tree.repo, intent.message, pathspecs)
+        parent = vcs.resolve(tree.repo.top, f"{sha}^") if tree.head is not None else None
         if parent != tree.head:
             raise GitError(f"commit {sha} does not follow {tree.head}; left for the operator")
-        self.verify_holds(snapshot, vcs.tree_entries(tree.top, sha), paths, f"commit {sha}")
+        self.verify_holds(snapshot, vcs.tree_entries(tree.repo, sha), paths, f"commit {sha}")
         files = [display_path(p) for p in paths[:EVENT_FILES_MAX]]
         self.emit("dirty_auto_committed", round=self.round_no, ref=sha, files=files)
         return self.after("commit", sha, paths)
@@ -292,15 +294,15 @@ class _Job:
     def verify_holds(
         self, snapshot: str, actual: Mapping[str, vcs.TreeEntry], paths: Sequence[str], what: str
     ) -> None:
-        expected = vcs.tree_entries(self.tree.top, snapshot)
+        expected = vcs.tree_entries(self.tree.repo, snapshot)
         for path in paths:
             if expected.get(path) != actual.get(path):
                 raise GitError(f"{what} does not hold {display_path(path)} as it was on disk")
 
     def after(self, action: str, sha: str, secured: Sequence[str]) -> TreeReport:
         tree = self.tree
-        left = [e.path for e in vcs.status(tree.top) if not _is_protected(e.path, tree.protected)]
-        head = vcs.head_sha(tree.top)
+        left = [e.path for e in vcs.status(tree.repo) if not _is_protected(e.path, tree.protected)]
+        head = vcs.head_sha(tree.repo.top)
         still = sorted(set(left) & set(secured))
         if still:
             reason = f"{action} {sha} made but {display_path(still[0])} is still dirty"
@@ -311,7 +313,7 @@ class _Job:
 
 def _head_or(tree: _Tree) -> str | None:
     try:
-        return vcs.head_sha(tree.top)
+        return vcs.head_sha(tree.repo.top)
     except GitError:
         return tree.head
 

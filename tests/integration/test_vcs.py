@@ -134,7 +134,7 @@ def test_status_lists_untracked_and_odd_names_but_not_ignored(repo: Path) -> Non
     git(repo, "add", "tracked.txt")
     git(repo, "mv", "tracked.txt", "renamed.txt")
 
-    entries = {e.path: e.xy for e in vcs.status(repo)}
+    entries = {e.path: e.xy for e in vcs.status(vcs.open_repo(repo))}
     assert entries == {
         ".gitignore": "??",
         "dir/with space.txt": "??",
@@ -147,17 +147,17 @@ def test_status_lists_untracked_and_odd_names_but_not_ignored(repo: Path) -> Non
 
 
 def test_operation_in_progress(repo: Path) -> None:
-    assert vcs.operation_in_progress(repo) is None
+    assert vcs.operation_in_progress(vcs.open_repo(repo)) is None
     (repo / ".git" / "CHERRY_PICK_HEAD").write_text("0" * 40 + "\n")
-    assert vcs.operation_in_progress(repo) == "cherry-pick"
+    assert vcs.operation_in_progress(vcs.open_repo(repo)) == "cherry-pick"
 
 
 def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Path) -> None:
     (repo / "tracked.txt").write_text("v2\n")
     (repo / "new.txt").write_text("n\n")
     (repo / "agent-runner.toml").write_text("x\n")
-    tree = vcs.snapshot_tree(repo, vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch")
-    assert set(vcs.tree_entries(repo, tree)) == {"tracked.txt", "new.txt"}
+    tree = vcs.snapshot_tree(vcs.open_repo(repo), vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch")
+    assert set(vcs.tree_entries(vcs.open_repo(repo), tree)) == {"tracked.txt", "new.txt"}
     assert (
         git(repo, "status", "--porcelain") == " M tracked.txt\n?? agent-runner.toml\n?? new.txt\n"
     )
@@ -165,9 +165,9 @@ def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Pa
 
 
 def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) -> None:
-    assert vcs.stash_push(repo, "nothing", ["."]) is None
+    assert vcs.stash_push(vcs.open_repo(repo), "nothing", ["."]) is None
     (repo / "new.txt").write_text("n\n")
-    sha = vcs.stash_push(repo, "something", ["."])
+    sha = vcs.stash_push(vcs.open_repo(repo), "something", ["."])
     assert sha == git(repo, "rev-parse", "refs/stash").strip()
     assert not (repo / "new.txt").exists()
 
@@ -175,8 +175,8 @@ def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) ->
 def test_literal_pathspecs_match_glob_characters_literally(repo: Path) -> None:
     (repo / "a*b").write_text("1")
     (repo / "aXb").write_text("2")
-    sha = vcs.commit(repo, "only the star", vcs.literal_pathspecs(["a*b"]))
-    assert set(vcs.tree_entries(repo, sha)) == {"tracked.txt", "a*b"}
+    sha = vcs.commit(vcs.open_repo(repo), "only the star", vcs.literal_pathspecs(["a*b"]))
+    assert set(vcs.tree_entries(vcs.open_repo(repo), sha)) == {"tracked.txt", "a*b"}
     assert (repo / "aXb").exists()
 
 
@@ -322,8 +322,8 @@ def test_poisoned_queries_run_nothing(repo: Path, tmp_path: Path) -> None:
     poison(repo, markers)
     (repo / "tracked.txt").write_text("v2\n")
     assert vcs.is_work_tree(repo)
-    vcs.status(repo)
+    vcs.status(vcs.open_repo(repo))
     vcs.head_sha(repo)
-    vcs.operation_in_progress(repo)
-    vcs.snapshot_tree(repo, ["."], tmp_path / "scratch")
+    vcs.operation_in_progress(vcs.open_repo(repo))
+    vcs.snapshot_tree(vcs.open_repo(repo), ["."], tmp_path / "scratch")
     assert list(markers.iterdir()) == []
