@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent_runner.plugins import DirtyIntent
-from agent_runner.supervisor.dirty import DirtyView, TreeReport, intent_problem, secure_tree
+from agent_runner.supervisor.dirty import DirtyView, TreeReport, secure_tree
 from tests.fakes import RecordedEvents
 
 NOW = 1_800_000_000.0
@@ -559,12 +559,3 @@ def test_third_party_ignore_and_empty_stash_message(tmp_path: Path) -> None:
         .strip()
         .endswith("agent-runner round 7 (error)")
     )
-
-
-def test_intent_problem_accepts_a_valid_subset() -> None:
-    files = ("a.txt", "b.txt")
-    assert intent_problem(DirtyIntent.commit("ok", paths=["a.txt"]), files) is None
-    assert intent_problem(DirtyIntent.stash("ok"), files) is None
-    assert intent_problem(DirtyIntent("stash", "m", ("a.txt",)), files) == "stash takes no paths"
-    assert "control" in (intent_problem(DirtyIntent.ignore("a\x1bb"), files) or "")
-    assert "unknown action" in (intent_problem(DirtyIntent("reset", "m"), files) or "")  # type: ignore[arg-type]
