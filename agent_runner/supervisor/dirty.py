@@ -87,7 +87,7 @@ def secure_tree(
     """
     try:
         tree = _inspect(work_dir, round_no, protected, emit)
-    except GitError as exc:
+    except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
         return TreeReport(head_before, head_before, False, False, "failed")
     if not tree.files:
