@@ -90,7 +90,9 @@ def round_command(config_path: Path | None) -> None:
 @cli.command()
 @json_option
 @click.option("--select", default=None, help="Print one value by dotted path, e.g. round.number.")
-@click.option("--events", "event_count", type=click.IntRange(0, 10_000), default=10, show_default=True)
+@click.option(
+    "--events", "event_count", type=click.IntRange(0, 10_000), default=10, show_default=True
+)
 @config_option
 def peek(as_json: bool, select: str | None, event_count: int, config_path: Path | None) -> None:
     """Snapshot of the project; read-only."""
@@ -99,7 +101,9 @@ def peek(as_json: bool, select: str | None, event_count: int, config_path: Path 
     snap = snapshot(load(config_path), events=event_count)
     if select:
         value = select_path(snap, select)
-        click.echo(json.dumps(value, default=str) if as_json or not isinstance(value, str) else value)
+        click.echo(
+            json.dumps(value, default=str) if as_json or not isinstance(value, str) else value
+        )
     elif as_json:
         print_json(snap)
     else:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
 
@@ -201,7 +201,9 @@ def parse_config(document: Mapping[str, Any], path: Path) -> Config:
 def preset_names() -> list[str]:
     """Names of the presets shipped inside the package."""
     folder = resources.files("agent_runner") / "presets"
-    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
 
 
 def load_preset(name: str) -> dict[str, Any]:
@@ -224,7 +226,9 @@ def read_prompt(config: Config) -> bytes:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise ConfigError(f"{config.path}: prompt.files[{i}]: cannot read {path}: {exc.strerror}") from None
+            raise ConfigError(
+                f"{config.path}: prompt.files[{i}]: cannot read {path}: {exc.strerror}"
+            ) from None
         if not data.strip():
             raise ConfigError(f"{config.path}: prompt.files[{i}]: {path} is empty")
         parts.append(data if data.endswith(b"\n") else data + b"\n")
@@ -308,13 +312,14 @@ class _Parser:
         ok_types: tuple[type, ...] = (int,) if spec.kind == "int" else (int, float)
         if isinstance(raw, bool) or not isinstance(raw, ok_types):
             raise self.fail(where, f"must be {wanted}, got {_type_name(raw)}")
-        if isinstance(raw, float) and not math.isfinite(raw):
-            raise self.fail(where, f"must be a finite number, got {raw}")
-        if spec.low is not None and raw < spec.low:
-            raise self.fail(where, f"must be at least {spec.low:g}, got {raw}")
-        if spec.high is not None and raw > spec.high:
-            raise self.fail(where, f"must be at most {spec.high:g}, got {raw}")
-        return raw
+        value = cast(float | int, raw)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(where, f"must be a finite number, got {value}")
+        if spec.low is not None and value < spec.low:
+            raise self.fail(where, f"must be at least {spec.low:g}, got {value}")
+        if spec.high is not None and value > spec.high:
+            raise self.fail(where, f"must be at most {spec.high:g}, got {value}")
+        return value
 
     def resolve(self, value: str) -> Path:
         return Path(os.path.normpath(self.base / Path(value).expanduser()))
@@ -331,7 +336,9 @@ class _Parser:
                     f"unknown preset {values['preset']!r}; known: {', '.join(names)}"
                     + _hint(values["preset"], names),
                 ) from None
-        merged = {key: preset.get(key) if values[key] is None else values[key] for key in values}
+        merged: dict[str, Any] = {
+            key: preset.get(key) if values[key] is None else values[key] for key in values
+        }
         merged["env"] = {**preset.get("env", {}), **(values["env"] or {})}
         if not merged["command"]:
             raise self.fail("agent.command", "required: a non-empty list (or set agent.preset)")
@@ -350,7 +357,9 @@ class _Parser:
 
     def runtime(self, values: dict[str, Any]) -> RuntimeConfig:
         work_dir = self.resolve(values["work_dir"])
-        log_dir = self.resolve(values["log_dir"]) if values["log_dir"] else default_log_dir(work_dir)
+        log_dir = (
+            self.resolve(values["log_dir"]) if values["log_dir"] else default_log_dir(work_dir)
+        )
         if values["max_restart_delay_s"] < values["restart_delay_s"]:
             raise self.fail(
                 "runtime.max_restart_delay_s",

@@ -52,3 +52,9 @@ class GitError(AgentRunnerError):
 
 class EventLogError(AgentRunnerError):
     """The event log cannot be written safely (symlink, read-only directory)."""
+
+
+class UsageError(AgentRunnerError):
+    """The command line asked for something that does not exist (e.g. a bad --select path)."""
+
+    exit_code = ExitCode.USAGE

@@ -12,17 +12,16 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.errors import EventLogError
 
 Emit = Callable[..., None]
+EventDict = MutableMapping[str, Any]
 FILE_GLOB = "events-*.jsonl"
 _READ_BLOCK = 64 * 1024
 
@@ -123,14 +122,20 @@ def _redact_value(value: Any) -> Any:
 def format_ts(epoch: float) -> str:
     """`2026-11-30T18:41:30.033Z`: UTC with milliseconds."""
     millis = int(epoch * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
+    )
 
 
 class EventLog:
     """Appends events to `<log_dir>/events-YYYY-MM.jsonl`; refuses to follow symlinks."""
 
     def __init__(
-        self, log_dir: Path, *, clock: Clock = SYSTEM_CLOCK, echo: Callable[[str], None] | None = None
+        self,
+        log_dir: Path,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        echo: Callable[[str], None] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.clock = clock
@@ -145,6 +150,9 @@ class EventLog:
             raise EventLogError(f"{log_dir}: cannot create log_dir: {exc.strerror}") from None
         if not os.access(log_dir, os.W_OK):
             raise EventLogError(f"{log_dir}: log_dir is not writable")
+        # structlog costs ~100 ms to import: only the writer needs it, never peek or --help.
+        import structlog  # noqa: PLC0415
+
         self._logger = structlog.wrap_logger(
             self,
             processors=[self._stamp, _check_kind_processor(self), _redact_processor, _render],
@@ -176,7 +184,7 @@ class EventLog:
         if self.echo is not None:
             self.echo(line)
 
-    def _stamp(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    def _stamp(self, _logger: Any, _method: str, event_dict: EventDict) -> EventDict:
         kind = event_dict.pop("event")
         return {"ts": format_ts(self.clock.now()), "event": kind, **event_dict}
 
@@ -207,15 +215,17 @@ class EventLog:
             self._fd = None
 
 
-def _check_kind_processor(log: EventLog) -> Callable[[Any, str, dict[str, Any]], dict[str, Any]]:
-    def check(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _check_kind_processor(log: EventLog) -> Callable[[Any, str, EventDict], EventDict]:
+    def check(_logger: Any, _method: str, event_dict: EventDict) -> EventDict:
         check_event(event_dict, log.plugin_kinds)
         return event_dict
 
     return check
 
 
-def check_event(event: dict[str, Any], plugin_kinds: set[str] | frozenset[str] = frozenset()) -> None:
+def check_event(
+    event: EventDict, plugin_kinds: set[str] | frozenset[str] = frozenset()
+) -> None:
     """Raise ValueError unless `event` is a registered kind carrying exactly its fields."""
     name = event.get("event")
     if name in plugin_kinds:
@@ -225,14 +235,16 @@ def check_event(event: dict[str, Any], plugin_kinds: set[str] | frozenset[str] =
     given = set(event) - {"event", "ts"}
     wanted = set(REGISTRY[name].fields)
     if given != wanted:
-        raise ValueError(f"event {name}: missing {sorted(wanted - given)}, extra {sorted(given - wanted)}")
+        raise ValueError(
+            f"event {name}: missing {sorted(wanted - given)}, extra {sorted(given - wanted)}"
+        )
 
 
-def _redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _redact_processor(_logger: Any, _method: str, event_dict: EventDict) -> EventDict:
     return {key: _redact_value(value) for key, value in event_dict.items()}
 
 
-def _render(_logger: Any, _method: str, event_dict: dict[str, Any]) -> str:
+def _render(_logger: Any, _method: str, event_dict: EventDict) -> str:
     return json.dumps(event_dict, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
@@ -302,6 +314,17 @@ def _tail_file(path: Path, count: int) -> list[dict[str, Any]]:
         os.close(fd)
 
 
+def format_event(event: dict[str, Any]) -> str:
+    """One event as a human-readable line: `18:41:30 round_start round=42`."""
+    stamp = str(event.get("ts", ""))[11:19]
+    fields = " ".join(
+        f"{key}={json.dumps(value, ensure_ascii=False, default=str)}"
+        for key, value in event.items()
+        if key not in ("ts", "event")
+    )
+    return f"{stamp} {event.get('event', '?')} {fields}".rstrip()
+
+
 def render_docs() -> str:
     """docs/events.md, generated from the registry."""
     lines = [
@@ -309,7 +332,7 @@ def render_docs() -> str:
         "",
         "Generated from `agent_runner.events.REGISTRY` by `python -m agent_runner.events`;",
         "a test fails when this file is stale. Every line of `events-YYYY-MM.jsonl` is one",
-        'JSON object with `ts` (UTC, milliseconds) and `event` (the kind) plus the fields',
+        "JSON object with `ts` (UTC, milliseconds) and `event` (the kind) plus the fields",
         "below. Fields are append-only across versions. Plugin events are named",
         "`<plugin>.<kind>`.",
         "",

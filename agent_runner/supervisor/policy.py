@@ -13,6 +13,7 @@ from typing import Literal
 from agent_runner.config import BackoffConfig, BreakersConfig
 
 SERVER_JITTER_MAX_S = 5.0
+SERVER_JITTER_SHARE = 0.1  # short waits get proportionally short jitter
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class LoopState:
     transient_streaks: Mapping[str, int] = field(default_factory=dict)
     backoff_until: float | None = None
     backoff_class: str | None = None
+    backoff_source: Literal["server", "estimated"] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,25 +71,30 @@ def restart_delay(failures: int, limits: Limits) -> float:
     if failures == 0:
         return limits.restart_delay_s
     # Doubling with a ceiling: a broken agent costs at most one start per max delay.
-    return min(limits.restart_delay_s * 2**failures, limits.max_restart_delay_s)
+    return min(limits.restart_delay_s * 2.0**failures, limits.max_restart_delay_s)
 
 
 def backoff_until(
-    classification: str, streak: int, reset_at: float | None, now: float, jitter_s: float, b: BackoffConfig
+    streak: int, reset_at: float | None, now: float, jitter: float, b: BackoffConfig
 ) -> tuple[float, Literal["server", "estimated"]]:
-    """When the `streak`-th consecutive transient of a class may retry, and who said so."""
+    """When the `streak`-th consecutive transient of a class may retry, and who said so.
+
+    `jitter` in [0, 1) spreads server-timed retries by up to 5 s (less for short waits).
+    """
     latest = now + b.max_wait_s
     if reset_at is not None:
         # The server knows when the quota refills: obey it, spread a little, never past the cap.
-        return min(max(reset_at, now) + jitter_s, latest), "server"
-    wait = min(b.estimated_base_s * 2 ** (streak - 1), b.estimated_max_s)
+        wait = max(reset_at - now, 0.0)
+        spread = jitter * min(SERVER_JITTER_MAX_S, SERVER_JITTER_SHARE * wait)
+        return min(now + wait + spread, latest), "server"
+    wait = min(b.estimated_base_s * 2.0 ** (streak - 1), b.estimated_max_s)
     return min(now + wait, latest), "estimated"
 
 
 def decide(
-    state: LoopState, outcome: Outcome, limits: Limits, *, now: float, jitter_s: float = 0.0
+    state: LoopState, outcome: Outcome, limits: Limits, *, now: float, jitter: float = 0.0
 ) -> tuple[LoopState, Decision]:
-    """The state after `outcome` and what to do next. `jitter_s` is in [0, 5)."""
+    """The state after `outcome` and what to do next; `jitter` is a random number in [0, 1)."""
     b = limits.breakers
     auth_streak = state.auth_streak + 1 if outcome.auth_error else 0
     if outcome.auth_error and auth_streak >= b.auth_failed_rounds:
@@ -96,15 +103,14 @@ def decide(
 
     if outcome.transient is not None:
         streak = state.transient_streaks.get(outcome.transient, 0) + 1
-        until, source = backoff_until(
-            outcome.transient, streak, outcome.reset_at, now, jitter_s, limits.backoff
-        )
+        until, source = backoff_until(streak, outcome.reset_at, now, jitter, limits.backoff)
         new = replace(
             state,
             auth_streak=auth_streak,
             transient_streaks={**state.transient_streaks, outcome.transient: streak},
             backoff_until=until,
             backoff_class=outcome.transient,
+            backoff_source=source,
         )
         # A rate-limited round is not a crash: crash and stall counters stay as they were.
         return new, Decision("backoff", until=until, source=source)

@@ -134,9 +134,15 @@ def test_preset_fills_agent_and_explicit_keys_override(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (MINIMAL + "[plugins]\nsandox = 'off'\n", "plugins.sandox: unknown key (did you mean 'sandbox'?)"),
+        (
+            MINIMAL + "[plugins]\nsandox = 'off'\n",
+            "plugins.sandox: unknown key (did you mean 'sandbox'?)",
+        ),
         (MINIMAL + "[plugin]\n", "plugin: unknown table (did you mean 'plugins'?)"),
-        (MINIMAL + "[plugins]\ndisable = [true]\n", "plugins.disable[0]: must be a string, got a boolean"),
+        (
+            MINIMAL + "[plugins]\ndisable = [true]\n",
+            "plugins.disable[0]: must be a string, got a boolean",
+        ),
         (
             MINIMAL + '[plugins.pin]\nx = "md5:abc"\n',
             'plugins.pin.x: must look like "sha256:<64 lowercase hex>"',
@@ -145,26 +151,68 @@ def test_preset_fills_agent_and_explicit_keys_override(tmp_path: Path) -> None:
             MINIMAL + '[plugins.pin]\nx = "sha256:' + "A" * 64 + '"\n',
             'plugins.pin.x: must look like "sha256:<64 lowercase hex>"',
         ),
-        (MINIMAL + "[runtime]\nround_budget_s = -5\n", "runtime.round_budget_s: must be at least 1, got -5"),
-        (MINIMAL + "[runtime]\nrestart_delay_s = -1\n", "runtime.restart_delay_s: must be at least 0, got -1"),
-        (MINIMAL + "[runtime]\nmax_rounds = 1.5\n", "runtime.max_rounds: must be an integer, got a number"),
-        (MINIMAL + "[runtime]\nround_budget_s = nan\n", "runtime.round_budget_s: must be a finite number, got nan"),
-        (MINIMAL + "[runtime]\nround_budget_s = true\n", "runtime.round_budget_s: must be a number, got a boolean"),
-        (MINIMAL + "[breakers]\ncrash_loop_rounds = 0\n", "breakers.crash_loop_rounds: must be at least 1, got 0"),
-        (MINIMAL + "[plugins]\nhook_timeout_s = 500\n", "plugins.hook_timeout_s: must be at most 120, got 500"),
-        (MINIMAL + "[runtime]\nstop_mode = 'kill'\n", "runtime.stop_mode: must be one of terminate, finish_round; got 'kill'"),
-        (MINIMAL + "[vcs]\ndirty_action = 'reset'\n", "vcs.dirty_action: must be one of stash, commit, ignore; got 'reset'"),
+        (
+            MINIMAL + "[runtime]\nround_budget_s = -5\n",
+            "runtime.round_budget_s: must be at least 1, got -5",
+        ),
+        (
+            MINIMAL + "[runtime]\nrestart_delay_s = -1\n",
+            "runtime.restart_delay_s: must be at least 0, got -1",
+        ),
+        (
+            MINIMAL + "[runtime]\nmax_rounds = 1.5\n",
+            "runtime.max_rounds: must be an integer, got a number",
+        ),
+        (
+            MINIMAL + "[runtime]\nround_budget_s = nan\n",
+            "runtime.round_budget_s: must be a finite number, got nan",
+        ),
+        (
+            MINIMAL + "[runtime]\nround_budget_s = true\n",
+            "runtime.round_budget_s: must be a number, got a boolean",
+        ),
+        (
+            MINIMAL + "[breakers]\ncrash_loop_rounds = 0\n",
+            "breakers.crash_loop_rounds: must be at least 1, got 0",
+        ),
+        (
+            MINIMAL + "[plugins]\nhook_timeout_s = 500\n",
+            "plugins.hook_timeout_s: must be at most 120, got 500",
+        ),
+        (
+            MINIMAL + "[runtime]\nstop_mode = 'kill'\n",
+            "runtime.stop_mode: must be one of terminate, finish_round; got 'kill'",
+        ),
+        (
+            MINIMAL + "[vcs]\ndirty_action = 'reset'\n",
+            "vcs.dirty_action: must be one of stash, commit, ignore; got 'reset'",
+        ),
         ("runtime = 3\n" + MINIMAL, "runtime: must be a table, got an integer"),
-        ('[agent]\ncommand = ["x"]\nparser = "none"\n', "schema_version: required (set schema_version = 1)"),
+        (
+            '[agent]\ncommand = ["x"]\nparser = "none"\n',
+            "schema_version: required (set schema_version = 1)",
+        ),
         ("schema_version = 2\n", "schema_version: must be 1, got 2"),
         ('schema_version = "1"\n', "schema_version: must be 1, got '1'"),
         ("schema_version = 1\n", "agent.command: required: a non-empty list (or set agent.preset)"),
-        ('schema_version = 1\n[agent]\ncommand = []\nparser = "none"\n', "agent.command: required: a non-empty list (or set agent.preset)"),
-        ('schema_version = 1\n[agent]\ncommand = "claude"\n', "agent.command: must be a list of strings, got a string"),
-        ('schema_version = 1\n[agent]\ncommand = ["x"]\n', "agent.parser: required when no preset names one (e.g. 'none')"),
+        (
+            'schema_version = 1\n[agent]\ncommand = []\nparser = "none"\n',
+            "agent.command: required: a non-empty list (or set agent.preset)",
+        ),
+        (
+            'schema_version = 1\n[agent]\ncommand = "claude"\n',
+            "agent.command: must be a list of strings, got a string",
+        ),
+        (
+            'schema_version = 1\n[agent]\ncommand = ["x"]\n',
+            "agent.parser: required when no preset names one (e.g. 'none')",
+        ),
         ('schema_version = 1\n[agent]\npreset = "claud"\n', "agent.preset: unknown preset 'claud'"),
-        (MINIMAL + '[agent.env]\nA = 1\n', "agent.env.A: must be a string, got an integer"),
-        (MINIMAL + "[runtime]\nrestart_delay_s = 100\nmax_restart_delay_s = 10\n", "runtime.max_restart_delay_s: must be at least restart_delay_s (100)"),
+        (MINIMAL + "[agent.env]\nA = 1\n", "agent.env.A: must be a string, got an integer"),
+        (
+            MINIMAL + "[runtime]\nrestart_delay_s = 100\nmax_restart_delay_s = 10\n",
+            "runtime.max_restart_delay_s: must be at least restart_delay_s (100)",
+        ),
         (MINIMAL + "[plugins.settings]\nx = 3\n", "plugins.settings.x: must be a table"),
     ],
 )
@@ -182,7 +230,9 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
         load_config(tmp_path / "agent-runner.toml")
 
 
-def test_config_is_found_by_searching_upward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_is_found_by_searching_upward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(tmp_path, MINIMAL)
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
@@ -192,11 +242,13 @@ def test_config_is_found_by_searching_upward(tmp_path: Path, monkeypatch: pytest
 
 
 def test_no_config_anywhere_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no agent-runner.toml here or in any parent folder"):
+    with pytest.raises(ConfigError, match=r"no agent-runner\.toml here or in any parent folder"):
         find_config(tmp_path)
 
 
-def test_default_log_dir_is_under_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_log_dir_is_under_xdg_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     log_dir = default_log_dir(Path("/home/me/proj"))
     assert log_dir.parent == tmp_path / "state" / "agent-runner"

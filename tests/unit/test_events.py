@@ -169,16 +169,53 @@ def test_tail_of_a_large_file_reads_only_its_end(tmp_path: Path) -> None:
 
 
 def test_every_spec_kind_is_registered() -> None:
-    spec_kinds = """serve_start serve_stop config_broken round_start agent_spawn agent_exit
-    round_timeout_kill round_leftovers_reaped round_orphan_reaped round_end round_deferred
-    round_resumed round_skipped stop_requested config_reloaded config_reload_deferred
-    config_reload_failed stop_file_detected max_rounds_reached transient_error_detected
-    backoff_wait backoff_recovered agent_usage_recorded agent_auth_error_detected crash_loop
-    stalled_no_progress auth_failed dirty_detected orphan_stashed orphan_idempotent_skip
-    dirty_auto_committed dirty_ignored dirty_action_failed hook_failed plugin_admitted
-    plugin_disabled plugin_refused plugin_builtin_name_squat plugin_checksum_mismatch
-    plugin_sandbox_degraded plugin_sandbox_kill plugin_call_timeout plugin_quarantined
-    plugin_spawn_decision plugin_spawn_override_ignored""".split()
+    spec_kinds = [
+        "serve_start",
+        "serve_stop",
+        "config_broken",
+        "round_start",
+        "agent_spawn",
+        "agent_exit",
+        "round_timeout_kill",
+        "round_leftovers_reaped",
+        "round_orphan_reaped",
+        "round_end",
+        "round_deferred",
+        "round_resumed",
+        "round_skipped",
+        "stop_requested",
+        "config_reloaded",
+        "config_reload_deferred",
+        "config_reload_failed",
+        "stop_file_detected",
+        "max_rounds_reached",
+        "transient_error_detected",
+        "backoff_wait",
+        "backoff_recovered",
+        "agent_usage_recorded",
+        "agent_auth_error_detected",
+        "crash_loop",
+        "stalled_no_progress",
+        "auth_failed",
+        "dirty_detected",
+        "orphan_stashed",
+        "orphan_idempotent_skip",
+        "dirty_auto_committed",
+        "dirty_ignored",
+        "dirty_action_failed",
+        "hook_failed",
+        "plugin_admitted",
+        "plugin_disabled",
+        "plugin_refused",
+        "plugin_builtin_name_squat",
+        "plugin_checksum_mismatch",
+        "plugin_sandbox_degraded",
+        "plugin_sandbox_kill",
+        "plugin_call_timeout",
+        "plugin_quarantined",
+        "plugin_spawn_decision",
+        "plugin_spawn_override_ignored",
+    ]
     assert set(spec_kinds) <= set(REGISTRY)
 
 

@@ -111,11 +111,19 @@ def test_auth_breaker_needs_consecutive_auth_failures() -> None:
     assert decisions[-1] == Decision("give_up", breaker="auth_failed", count=2)
 
 
-def test_server_reset_time_is_obeyed_with_jitter() -> None:
+def test_server_reset_time_is_obeyed_with_up_to_five_seconds_of_jitter() -> None:
     limited = Outcome("error", 1, False, transient="rate_limit_account", reset_at=NOW + 3600)
-    state, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter_s=2.5)
+    state, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.5)
     assert decision == Decision("backoff", until=NOW + 3602.5, source="server")
     assert (state.backoff_until, state.backoff_class) == (NOW + 3602.5, "rate_limit_account")
+    _, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.999)
+    assert NOW + 3600 <= decision.until < NOW + 3605
+
+
+def test_short_server_wait_gets_proportionally_short_jitter() -> None:
+    limited = Outcome("error", 1, False, transient="rate_limit_account", reset_at=NOW + 3)
+    _, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.999)
+    assert NOW + 3 <= decision.until <= NOW + 3.3
 
 
 def test_server_reset_time_is_capped_at_max_wait() -> None:
@@ -126,8 +134,8 @@ def test_server_reset_time_is_capped_at_max_wait() -> None:
 
 def test_reset_time_in_the_past_retries_now() -> None:
     limited = Outcome("error", 1, False, transient="rate_limit_account", reset_at=NOW - 50)
-    _, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter_s=1)
-    assert decision.until == NOW + 1
+    _, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.9)
+    assert decision.until == NOW
 
 
 def test_estimated_backoff_ladder_doubles_per_class_and_caps() -> None:

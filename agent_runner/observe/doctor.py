@@ -1,0 +1,138 @@
+"""`agent-runner doctor`: pre-flight checks, each ok / warn / FAIL with a fix. Read-only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agent_runner import vcs
+from agent_runner.config import Config, load_config, read_prompt
+from agent_runner.errors import AgentRunnerError, GitError
+from agent_runner.supervisor.instance import read_holder
+
+Level = Literal["ok", "warn", "FAIL"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: Level
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]:
+    """Every check; a broken config stops the list there, since the rest depend on it."""
+    try:
+        config = load_config(config_path)
+    except AgentRunnerError as exc:
+        return [Check("config", "FAIL", str(exc), "fix the named key, or run `agent-runner init`")]
+    checks = [Check("config", "ok", str(config.path))]
+    probes: list[Callable[[Config], Iterator[Check]]] = [
+        _agent_command,
+        _prompt_files,
+        _work_tree,
+        _log_dir,
+        _serve_running,
+    ]
+    if sandbox:
+        probes.append(_sandbox)
+    for probe in probes:
+        checks.extend(probe(config))
+    return checks
+
+
+def render_checks(checks: list[Check]) -> str:
+    lines = []
+    for check in checks:
+        lines.append(f"{check.level:<4}  {check.name}: {check.detail}")
+        if check.fix and check.level != "ok":
+            lines.append(f"      fix: {check.fix}")
+    return "\n".join(lines)
+
+
+def _agent_command(config: Config) -> Iterator[Check]:
+    program = config.agent.command[0]
+    found = shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
+    if found:
+        yield Check("agent command", "ok", f"{program} -> {found}")
+    else:
+        yield Check(
+            "agent command",
+            "FAIL",
+            f"{program!r} is not on PATH",
+            "install it or set agent.command",
+        )
+
+
+def _prompt_files(config: Config) -> Iterator[Check]:
+    try:
+        size = len(read_prompt(config))
+    except AgentRunnerError as exc:
+        yield Check("prompt files", "FAIL", str(exc), "create the file or edit prompt.files")
+        return
+    yield Check("prompt files", "ok", f"{len(config.prompt.files)} file(s), {size} bytes")
+
+
+def _work_tree(config: Config) -> Iterator[Check]:
+    work_dir = config.runtime.work_dir
+    if not work_dir.is_dir():
+        yield Check(
+            "work tree",
+            "FAIL",
+            f"{work_dir} is not a directory",
+            "create it or fix runtime.work_dir",
+        )
+    elif not vcs.is_work_tree(work_dir):
+        yield Check(
+            "work tree",
+            "warn",
+            f"{work_dir} is not a git work tree: dirty work is not secured",
+            "run `git init` there",
+        )
+    else:
+        yield Check("work tree", "ok", f"{work_dir} (HEAD {vcs.head_sha(work_dir) or 'none yet'})")
+
+
+def _log_dir(config: Config) -> Iterator[Check]:
+    log_dir = config.runtime.log_dir
+    existing = next((p for p in (log_dir, *log_dir.parents) if p.exists()), Path("/"))
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        yield Check(
+            "log_dir", "FAIL", f"{existing} is not a writable directory", "fix runtime.log_dir"
+        )
+        return
+    work_dir = config.runtime.work_dir
+    if log_dir.is_relative_to(work_dir) and vcs.is_work_tree(work_dir):
+        try:
+            vcs.run_git(work_dir, "check-ignore", "-q", str(log_dir))
+        except GitError:
+            yield Check(
+                "log_dir",
+                "FAIL",
+                f"{log_dir} is inside the work tree and not ignored by git",
+                "add it to .gitignore or move runtime.log_dir",
+            )
+            return
+    yield Check("log_dir", "ok", str(log_dir))
+
+
+def _serve_running(config: Config) -> Iterator[Check]:
+    holder = read_holder(config.runtime.log_dir)
+    if holder is None:
+        yield Check("serve", "ok", "not running")
+    else:
+        yield Check(
+            "serve", "warn", f"already running (pid {holder.pid})", "`agent-runner stop` first"
+        )
+
+
+def _sandbox(config: Config) -> Iterator[Check]:
+    yield from ()

@@ -1,0 +1,89 @@
+"""`agent-runner events`: filter the event log by kind, round and age; optionally follow it."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agent_runner.errors import UsageError
+from agent_runner.events import event_files, format_event, iter_events, parse_line
+
+__all__ = ["EventFilter", "format_event", "query"]
+
+FOLLOW_INTERVAL_S = 0.5
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    kinds: frozenset[str]
+    round_no: int | None
+    since_ts: str | None  # ISO UTC, compared as text: "YYYY-MM-DDTHH:MM:SS.sssZ" sorts by time
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        kinds: Sequence[str],
+        round_no: int | None,
+        since: str | None,
+        now: float | None = None,
+    ) -> EventFilter:
+        return cls(frozenset(kinds), round_no, None if since is None else _since_ts(since, now))
+
+    def matches(self, event: dict[str, Any]) -> bool:
+        if self.kinds and event.get("event") not in self.kinds:
+            return False
+        if self.round_no is not None and event.get("round") != self.round_no:
+            return False
+        return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
+
+
+def _since_ts(text: str, now: float | None) -> str:
+    now = time.time() if now is None else now
+    match = _AGE.match(text.strip())
+    if match:
+        moment = now - float(match[1]) * _UNIT_S[match[2]]
+        return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since {text!r}: use 10m, 2h, 1d or an ISO time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def query(log_dir: Path, wanted: EventFilter, *, follow: bool = False) -> Iterator[dict[str, Any]]:
+    """Matching events, oldest first; with `follow`, keep yielding new ones as they land."""
+    yield from (event for event in iter_events(log_dir) if wanted.matches(event))
+    if follow:
+        yield from _follow(log_dir, wanted)
+
+
+def _follow(log_dir: Path, wanted: EventFilter) -> Iterator[dict[str, Any]]:
+    files = event_files(log_dir)
+    current = files[-1] if files else None
+    offset = current.stat().st_size if current else 0
+    pending = b""
+    while True:
+        files = event_files(log_dir)
+        if files and files[-1] != current:
+            current, offset, pending = files[-1], 0, b""  # a new month started
+        if current is not None:
+            with open(current, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            offset += len(chunk)
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                event = parse_line(line)
+                if event is not None and wanted.matches(event):
+                    yield event
+        time.sleep(FOLLOW_INTERVAL_S)

@@ -1,0 +1,145 @@
+"""`peek` and `status`: a snapshot built from state.json, the lock and the event log's tail.
+
+Read-only and fast: it reads one small JSON file and the last few events, never the whole
+log, and never imports plugin code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agent_runner.config import Config
+from agent_runner.errors import UsageError
+from agent_runner.events import format_event, tail_events
+from agent_runner.supervisor.instance import read_holder
+from agent_runner.supervisor.state import read_state
+
+
+def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> dict[str, Any]:
+    """Everything an operator asks first, as plain JSON data."""
+    now = time.time() if now is None else now
+    log_dir = config.runtime.log_dir
+    state = read_state(log_dir)
+    holder = read_holder(log_dir)
+    supervisor = state.get("supervisor") or {}
+    running = holder is not None
+    loop = state.get("loop") or {}
+    until = loop.get("backoff_until")
+    active_round = state.get("round") if running else None
+    if isinstance(active_round, dict) and isinstance(active_round.get("started_at"), int | float):
+        active_round = {**active_round, "elapsed_s": round(now - active_round["started_at"], 1)}
+    started = supervisor.get("started_at")
+    return {
+        "project": {
+            "config": str(config.path),
+            "work_dir": str(config.runtime.work_dir),
+            "log_dir": str(log_dir),
+            "agent": list(config.agent.command),
+            "parser": config.agent.parser,
+        },
+        "supervisor": {
+            "running": running,
+            "pid": holder.pid if holder else None,
+            "phase": supervisor.get("phase") if running else "stopped",
+            "uptime_s": round(now - started, 1)
+            if running and isinstance(started, int | float)
+            else None,
+            "version": supervisor.get("version"),
+        },
+        "round": active_round,
+        "last_round": state.get("last_round"),
+        "rounds_run": state.get("rounds_run", 0),
+        "backoff": {
+            "active": isinstance(until, int | float) and until > now,
+            "until": until,
+            "classification": loop.get("backoff_class"),
+            "remaining_s": round(until - now, 1)
+            if isinstance(until, int | float) and until > now
+            else 0,
+        },
+        "breakers": {
+            "crash_loop": {
+                "count": loop.get("crash_streak", 0),
+                "limit": config.breakers.crash_loop_rounds,
+            },
+            "stalled_no_progress": {
+                "count": loop.get("stall_streak", 0),
+                "limit": config.breakers.stalled_rounds,
+            },
+            "auth_failed": {
+                "count": loop.get("auth_streak", 0),
+                "limit": config.breakers.auth_failed_rounds,
+            },
+        },
+        "plugins": state.get("plugins", []),
+        "sandbox": state.get("sandbox"),
+        "events": tail_events(log_dir, events) if events else [],
+    }
+
+
+def select_path(snap: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path such as `backoff.until`."""
+    value: Any = snap
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise UsageError(f"--select {path}: no {part!r} here")
+    return value
+
+
+def render_peek(snap: dict[str, Any]) -> str:
+    """The snapshot as a few human-readable lines."""
+    sup, last, backoff = snap["supervisor"], snap["last_round"], snap["backoff"]
+    lines = [f"project     {snap['project']['work_dir']}"]
+    if sup["running"]:
+        lines.append(
+            f"supervisor  running (pid {sup['pid']}, up {sup['uptime_s']}s, {sup['phase']})"
+        )
+    else:
+        lines.append("supervisor  not running")
+    if snap["round"]:
+        lines.append(
+            f"round       {snap['round']['number']} running for {snap['round'].get('elapsed_s')}s"
+        )
+    if last:
+        lines.append(
+            f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "
+            f"in {last['duration_s']}s"
+            + (f", transient {last['transient']}" if last.get("transient") else "")
+        )
+    lines.append(f"rounds run  {snap['rounds_run']}")
+    if backoff["active"]:
+        lines.append(f"back-off    {backoff['classification']}, {backoff['remaining_s']}s left")
+    breakers = ", ".join(
+        f"{name} {b['count']}/{b['limit']}" for name, b in snap["breakers"].items()
+    )
+    lines.append(f"breakers    {breakers}")
+    sandbox = snap["sandbox"]
+    lines.append(f"sandbox     {sandbox['tier'] if sandbox else 'not probed yet'}")
+    lines.extend(format_event(event) for event in snap["events"])
+    return "\n".join(lines)
+
+
+def status_report(config: Config, *, now: float | None = None) -> dict[str, Any]:
+    """Is serve running: pid, uptime, current round."""
+    snap = snapshot(config, events=0, now=now)
+    current = snap["round"]
+    return {
+        "running": snap["supervisor"]["running"],
+        "pid": snap["supervisor"]["pid"],
+        "uptime_s": snap["supervisor"]["uptime_s"],
+        "phase": snap["supervisor"]["phase"],
+        "round": current["number"] if current else None,
+        "log_dir": snap["project"]["log_dir"],
+    }
+
+
+def render_status(report: dict[str, Any]) -> str:
+    if not report["running"]:
+        return f"not running (log_dir {report['log_dir']})"
+    text = f"running: pid {report['pid']}, up {report['uptime_s']}s, {report['phase']}"
+    return text + (f", round {report['round']}" if report["round"] else "")

@@ -1,0 +1,43 @@
+"""Checks before serve takes the lock, and cleanup after a previous serve died uncleanly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_runner.config import Config, read_prompt
+from agent_runner.errors import ConfigError
+from agent_runner.events import Emit
+from agent_runner.parsers import PARSER_NAMES
+from agent_runner.supervisor.process import kill_orphan_group
+
+
+def check_boot(config: Config) -> None:
+    """Raise ConfigError (exit 78) for anything that would make every round fail."""
+    where = config.path
+    if not config.runtime.work_dir.is_dir():
+        raise ConfigError(
+            f"{where}: runtime.work_dir: {config.runtime.work_dir} is not a directory"
+        )
+    if config.agent.parser not in PARSER_NAMES:
+        raise ConfigError(
+            f"{where}: agent.parser: unknown parser {config.agent.parser!r}; "
+            f"builtin parsers: {', '.join(sorted(PARSER_NAMES))}"
+        )
+    if config.vcs.dirty_handler != "builtin":
+        raise ConfigError(
+            f"{where}: vcs.dirty_handler: no admitted plugin named {config.vcs.dirty_handler!r}"
+        )
+    read_prompt(config)
+
+
+def reap_previous_agent(previous: dict[str, Any], emit: Emit) -> None:
+    """Kill the agent group a dead serve left running, if state.json names one still ours."""
+    agent = previous.get("round")
+    if not isinstance(agent, dict):
+        return
+    pgid, ticks = agent.get("pgid"), agent.get("start_ticks")
+    if not isinstance(pgid, int) or pgid <= 1:
+        return
+    killed = kill_orphan_group(pgid, ticks if isinstance(ticks, int) else None)
+    if killed:
+        emit("round_orphan_reaped", round=agent.get("number"), pgid=pgid, pids=killed)

@@ -1,0 +1,63 @@
+"""Live edits (SPEC §5.1a): re-read the config before each round and apply, defer or refuse."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from agent_runner.config import Config, load_config
+from agent_runner.errors import ConfigError
+from agent_runner.events import Emit
+
+# These only take effect when serve restarts: they decide which process, lock and logs we own.
+RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir")
+SECTIONS = ("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "plugins")
+
+
+class ConfigWatcher:
+    """Holds the running config and the last file version seen."""
+
+    def __init__(self, config: Config, emit: Emit) -> None:
+        self.running = config
+        self.seen = config
+        self.emit = emit
+        self.last_error: str | None = None
+
+    def refresh(self) -> Config:
+        """The config for the next round."""
+        try:
+            fresh = load_config(self.running.path)
+        except ConfigError as exc:
+            reason = str(exc)
+            if reason != self.last_error:
+                self.last_error = reason
+                self.emit("config_reload_failed", reason=reason)
+            return self.running
+        self.last_error = None
+        changed = changed_keys(self.seen, fresh)
+        self.seen = fresh
+        if not changed:
+            return self.running
+        deferred = [key for key in changed if key.startswith(RESTART_ONLY)]
+        applied = [key for key in changed if key not in deferred]
+        runtime = replace(
+            fresh.runtime,
+            work_dir=self.running.runtime.work_dir,
+            log_dir=self.running.runtime.log_dir,
+        )
+        self.running = replace(fresh, plugins=self.running.plugins, runtime=runtime)
+        if applied:
+            self.emit("config_reloaded", changed=applied)
+        if deferred:
+            self.emit("config_reload_deferred", changed=deferred)
+        return self.running
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Dotted `table.key` names whose values differ."""
+    changed = []
+    for section in SECTIONS:
+        before, after = getattr(old, section), getattr(new, section)
+        for item in fields(before):
+            if getattr(before, item.name) != getattr(after, item.name):
+                changed.append(f"{section}.{item.name}")
+    return changed

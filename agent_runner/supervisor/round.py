@@ -1,0 +1,160 @@
+"""One round: spawn the agent, wait under the budget, reap, parse, secure the tree (SPEC §5.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from agent_runner import vcs
+from agent_runner.clock import Clock
+from agent_runner.config import Config, read_prompt
+from agent_runner.errors import GitError
+from agent_runner.events import Emit
+from agent_runner.parsers import Findings, parse_transcript, report_findings
+from agent_runner.supervisor.dirty import TreeReport, secure_tree
+from agent_runner.supervisor.process import (
+    AgentExit,
+    AgentProcess,
+    agent_environment,
+    deliver_prompt,
+    reap_leftovers,
+    transcript_path,
+)
+from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """Everything the loop policy and state.json need from one round."""
+
+    number: int
+    exit: AgentExit
+    findings: Findings
+    tree: TreeReport | None
+
+    def summary(self) -> dict[str, Any]:
+        transient = self.findings.transient
+        return {
+            "round": self.number,
+            "exit_code": self.exit.exit_code,
+            "signal": self.exit.signal,
+            "exit_cause": self.exit.cause,
+            "duration_s": round(self.exit.duration_s, 3),
+            "transient": transient.classification if transient else None,
+            "auth_error": self.findings.auth_error is not None,
+            "tree_action": self.tree.action if self.tree else None,
+        }
+
+
+@dataclass
+class RoundRunner:
+    """Runs rounds for one serve; `on_spawn` records the agent in state.json at once."""
+
+    config: Config
+    emit: Emit
+    stop: StopControl
+    clock: Clock
+    on_spawn: Callable[[int, AgentProcess], None]
+    tick: Callable[[], None] = lambda: None
+    keep_pids: Callable[[], Collection[int]] = tuple
+
+    def run(self, number: int) -> RoundResult:
+        config, emit = self.config, self.emit
+        runtime = config.runtime
+        emit("round_start", round=number)
+        head_before = _head(config)
+        transcript = transcript_path(runtime.log_dir, number)
+        transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        prompt = read_prompt(config).decode("utf-8", "replace")
+        argv, stdin_data = deliver_prompt(
+            config.agent.command, prompt, config.agent.prompt_delivery
+        )
+        env = agent_environment(
+            config.agent.env, round_no=number, log_dir=runtime.log_dir, transcript=transcript
+        )
+        agent = AgentProcess.spawn(
+            argv, cwd=runtime.work_dir, env=env, stdin_data=stdin_data, transcript=transcript
+        )
+        self.on_spawn(number, agent)
+        emit(
+            "agent_spawn",
+            round=number,
+            pid=agent.pid,
+            pgid=agent.pgid,
+            argv=_loggable_argv(argv, config.agent.prompt_delivery),
+            transcript=str(transcript),
+        )
+        cause = self._wait(number, agent)
+        leftovers = reap_leftovers(keep=self.keep_pids())
+        if leftovers:
+            emit("round_leftovers_reaped", round=number, pids=leftovers)
+        result = agent.result(cause)
+        emit(
+            "agent_exit",
+            round=number,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            exit_cause=result.cause,
+            duration_s=round(result.duration_s, 3),
+        )
+        findings = parse_transcript(config.agent.parser, transcript, now=self.clock.now())
+        report_findings(findings, round_no=number, emit=emit)
+        tree = self._secure(number, result.cause, head_before)
+        emit(
+            "round_end",
+            round=number,
+            exit_cause=result.cause,
+            duration_s=round(result.duration_s, 3),
+        )
+        return RoundResult(number, result, findings, tree)
+
+    def _wait(self, number: int, agent: AgentProcess) -> str | None:
+        """Wait for exit, the budget or a stop; the exit-cause override, if any."""
+        budget_s = self.config.runtime.round_budget_s
+        deadline = self.clock.monotonic() + budget_s
+        grace_s = self.config.agent.sigterm_grace_s
+        while True:
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                self.emit("round_timeout_kill", round=number, budget_s=budget_s)
+                agent.terminate(grace_s)
+                return "timeout"
+            if agent.wait(min(remaining, STOP_FILE_CHECK_S), wake_fd=self.stop.wake_fd):
+                return None
+            self.tick()
+            self.stop.drain()
+            self.stop.check_stop_file()
+            self.stop.announce()
+            if self.stop.mode == "terminate":
+                agent.terminate(grace_s, wake_fd=None)
+                return "stopped"
+
+    def _secure(self, number: int, cause: str, head_before: str | None) -> TreeReport | None:
+        work_dir = self.config.runtime.work_dir
+        if head_before is None and not vcs.is_work_tree(work_dir):
+            return None
+        return secure_tree(
+            work_dir,
+            round_no=number,
+            exit_cause=cause,
+            head_before=head_before,
+            dirty_action=self.config.vcs.dirty_action,
+            idempotency_s=self.config.vcs.stash_idempotency_s,
+            state_dir=self.config.runtime.log_dir,
+            emit=self.emit,
+            now=self.clock.now(),
+            protected=(self.config.path.name,),
+        )
+
+
+def _head(config: Config) -> str | None:
+    try:
+        return vcs.head_sha(config.runtime.work_dir)
+    except GitError:
+        return None
+
+
+def _loggable_argv(argv: list[str], delivery: str) -> list[str]:
+    # The prompt may be long and private; the event names the program and its flags only.
+    return [*argv[:-1], "<prompt>"] if delivery == "argv" else argv

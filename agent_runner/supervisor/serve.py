@@ -1,0 +1,267 @@
+"""The supervisor loop: gates, rounds, policy decisions, waits, and a clean exit (SPEC §5)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from agent_runner import __version__
+from agent_runner.clock import SYSTEM_CLOCK, Clock
+from agent_runner.config import Config
+from agent_runner.errors import ExitCode
+from agent_runner.events import EventLog
+from agent_runner.supervisor.boot import check_boot, reap_previous_agent
+from agent_runner.supervisor.instance import InstanceLock
+from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
+from agent_runner.supervisor.process import AgentProcess, become_subreaper, process_start_ticks
+from agent_runner.supervisor.reload import ConfigWatcher
+from agent_runner.supervisor.round import RoundResult, RoundRunner
+from agent_runner.supervisor.state import read_state, write_state
+from agent_runner.supervisor.stopping import StopControl
+from agent_runner.systemd import Notifier
+
+
+def run_serve(
+    config: Config,
+    *,
+    max_rounds: int | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    echo: Callable[[str], None] | None = None,
+) -> ExitCode:
+    """Run the loop until a stop, max_rounds or a breaker; return the exit code."""
+    check_boot(config)
+    events = EventLog(config.runtime.log_dir, clock=clock, echo=echo or _console)
+    with InstanceLock(config.runtime.log_dir):
+        stop = StopControl(config.runtime.stop_mode, config.runtime.stop_file, events.emit)
+        stop.install()
+        try:
+            return Serve(config, events, stop, clock, max_rounds).run()
+        finally:
+            stop.uninstall()
+            events.close()
+
+
+def _console(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Serve:
+    config: Config
+    events: EventLog
+    stop: StopControl
+    clock: Clock
+    max_rounds_override: int | None
+    loop: LoopState = field(default_factory=LoopState)
+    rounds_run: int = 0
+    last_round: int = 0
+    last_summary: dict[str, Any] | None = None
+    notifier: Notifier = field(default_factory=Notifier)
+    _state: dict[str, Any] = field(default_factory=dict)
+    _next_watchdog: float = 0.0
+
+    def run(self) -> ExitCode:
+        emit = self.events.emit
+        become_subreaper()
+        previous = read_state(self.config.runtime.log_dir)
+        self.last_round = int(previous.get("last_round_number", 0))
+        self.loop = _loop_from_state(previous.get("loop"))
+        reap_previous_agent(previous, emit)
+        watcher = ConfigWatcher(self.config, emit)
+        self._state = {
+            "supervisor": {
+                "pid": os.getpid(),
+                "start_ticks": process_start_ticks(os.getpid()),
+                "started_at": self.clock.now(),
+                "version": __version__,
+            },
+            "last_round": previous.get("last_round"),
+        }
+        emit(
+            "serve_start",
+            pid=os.getpid(),
+            version=__version__,
+            work_dir=str(self.config.runtime.work_dir),
+            log_dir=str(self.config.runtime.log_dir),
+        )
+        self.notifier.send(READY=1, STATUS="ready")
+        self._save("starting")
+        while True:
+            self.config = watcher.refresh()
+            reason = self._gates()
+            if reason is not None:
+                return self._finish(reason, ExitCode.OK)
+            result = self._round()
+            decision = self._decide(result)
+            if decision.action == "give_up":
+                return self._give_up(decision, result)
+            if self.stop.requested:
+                return self._finish(f"stopped ({self.stop.source})", ExitCode.OK)
+            if self._max_rounds_reached():
+                return self._finish("max_rounds", ExitCode.OK)
+            if decision.action == "continue" and decision.delay_s > 0:
+                self._save("restart_delay", delay_s=decision.delay_s)
+                self.notifier.status(f"round {self.last_round} done; next in {decision.delay_s:g}s")
+                self._sleep(decision.delay_s)
+
+    def _gates(self) -> str | None:
+        """Why the loop must stop now, or None; waits out an active back-off."""
+        self.stop.check_stop_file()
+        if self.stop.requested:
+            return f"stopped ({self.stop.source})"
+        if self._max_rounds_reached():
+            return "max_rounds"
+        until = self.loop.backoff_until
+        if until is not None and until > self.clock.now():
+            wait_s = until - self.clock.now()
+            self.events.emit(
+                "backoff_wait",
+                classification=self.loop.backoff_class,
+                until=until,
+                wait_s=round(wait_s, 3),
+                source=self.loop.backoff_source,
+            )
+            self._save("backoff", until=until)
+            clock_text = time.strftime("%H:%M", time.localtime(until))
+            self.notifier.status(f"back-off until {clock_text} ({self.loop.backoff_class})")
+            if not self._sleep(wait_s):
+                return f"stopped ({self.stop.source})"
+        return None
+
+    def _max_rounds_reached(self) -> bool:
+        limit = self.max_rounds_override or self.config.runtime.max_rounds
+        if limit and self.rounds_run >= limit:
+            self.events.emit("max_rounds_reached", rounds=self.rounds_run)
+            return True
+        return False
+
+    def _round(self) -> RoundResult:
+        self.last_round += 1
+        self.rounds_run += 1
+        self.notifier.status(f"round {self.last_round} running")
+        runner = RoundRunner(
+            self.config,
+            self.events.emit,
+            self.stop,
+            self.clock,
+            on_spawn=self._on_spawn,
+            tick=self._round_tick,
+        )
+        result = runner.run(self.last_round)
+        self.last_summary = result.summary()
+        return result
+
+    def _on_spawn(self, number: int, agent: AgentProcess) -> None:
+        self._save(
+            "running",
+            round={
+                "number": number,
+                "pid": agent.pid,
+                "pgid": agent.pgid,
+                "start_ticks": agent.start_ticks,
+                "started_at": self.clock.now(),
+            },
+        )
+
+    def _decide(self, result: RoundResult) -> Decision:
+        findings = result.findings
+        tree = result.tree
+        outcome = Outcome(
+            exit_cause=result.exit.cause,
+            duration_s=result.exit.duration_s,
+            progressed=tree.progressed if tree else False,
+            transient=findings.transient.classification if findings.transient else None,
+            reset_at=findings.transient.reset_at if findings.transient else None,
+            auth_error=findings.auth_error is not None,
+            reason=findings.auth_error or result.exit.cause,
+        )
+        limits = Limits(
+            restart_delay_s=self.config.runtime.restart_delay_s,
+            max_restart_delay_s=self.config.runtime.max_restart_delay_s,
+            breakers=self.config.breakers,
+            backoff=self.config.backoff,
+        )
+        self.loop, decision = decide(
+            self.loop,
+            outcome,
+            limits,
+            now=self.clock.now(),
+            jitter=random.random(),  # noqa: S311 -- spreading retries, not secrecy
+        )
+        if decision.recovered:
+            self.events.emit(
+                "backoff_recovered", round=result.number, classification=decision.recovered
+            )
+        self._save("between_rounds")
+        return decision
+
+    def _give_up(self, decision: Decision, result: RoundResult) -> ExitCode:
+        assert decision.breaker is not None
+        reason = f"round {result.number}: {result.findings.auth_error or result.exit.cause}"
+        self.events.emit(decision.breaker, count=decision.count, reason=reason)
+        return self._finish(f"gave up: {decision.breaker}", ExitCode.GAVE_UP)
+
+    def _finish(self, reason: str, code: ExitCode) -> ExitCode:
+        self.stop.announce()
+        self.notifier.send(STOPPING=1, STATUS=reason)
+        self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
+        self._save("stopped", reason=reason)
+        self.notifier.close()
+        return code
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, pinging the watchdog; False when a stop interrupted it."""
+        deadline = self.clock.monotonic() + seconds
+        interval = self.notifier.watchdog_interval_s
+        while True:
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                return True
+            self._watchdog()
+            step = remaining if interval is None else min(remaining, interval)
+            if not self.stop.sleep(step, self.clock.monotonic):
+                return False
+
+    def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval_s
+        now = self.clock.monotonic()
+        if interval is not None and now >= self._next_watchdog:
+            self._next_watchdog = now + interval
+            self.notifier.send(WATCHDOG=1)
+
+    def _round_tick(self) -> None:
+        """Called about once a second while the agent runs: watchdog and STATUS upkeep."""
+        self._watchdog()
+        if self.notifier.enabled:
+            started = self._state.get("round") or {}
+            minutes = int((self.clock.now() - started.get("started_at", self.clock.now())) // 60)
+            self.notifier.status(f"round {self.last_round} running {minutes}m")
+
+    def _save(self, phase: str, **extra: Any) -> None:
+        self._state["supervisor"]["phase"] = phase
+        self._state["supervisor"]["updated_at"] = self.clock.now()
+        self._state["round"] = extra.pop("round", None) if phase == "running" else None
+        self._state["phase_detail"] = extra
+        self._state["last_round_number"] = self.last_round
+        self._state["rounds_run"] = self.rounds_run
+        if self.last_summary is not None:
+            self._state["last_round"] = self.last_summary
+        self._state["loop"] = asdict(self.loop)
+        self._watchdog()
+        write_state(self.config.runtime.log_dir, self._state)
+
+
+def _loop_from_state(raw: Any) -> LoopState:
+    """The loop counters a previous serve left, so a back-off survives a restart."""
+    if not isinstance(raw, dict):
+        return LoopState()
+    try:
+        state = LoopState(**raw)
+    except TypeError:
+        return LoopState()
+    return replace(state, transient_streaks=dict(state.transient_streaks or {}))

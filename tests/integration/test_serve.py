@@ -1,0 +1,357 @@
+"""The loop end to end: real CLI, real agents, real signals, real git."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import Project, agent, pid_alive
+
+LIFECYCLE = ["round_start", "agent_spawn", "agent_exit", "round_end"]
+
+
+def round_kinds(project: Project) -> list[str]:
+    return [e["event"] for e in project.events() if e["event"] in LIFECYCLE]
+
+
+def test_max_rounds_runs_each_round_fully_and_exits_0(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 3})
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    assert round_kinds(project) == LIFECYCLE * 3
+    assert [e["round"] for e in project.events("round_end")] == [1, 2, 3]
+    assert project.events("max_rounds_reached")[0]["rounds"] == 3
+    assert project.events("serve_stop")[0]["reason"] == "max_rounds"
+
+
+def test_once_runs_one_round_and_a_failing_agent_is_an_error_cause(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "3"))
+    done = project.cli("serve", "--once")
+    assert done.returncode == 0, done.stderr
+    exit_event = project.events("agent_exit")[0]
+    assert (exit_event["exit_code"], exit_event["exit_cause"], exit_event["signal"]) == (
+        3,
+        "error",
+        None,
+    )
+
+
+def test_round_command_runs_exactly_one_round(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    assert project.cli("round").returncode == 0
+    assert len(project.events("round_start")) == 1
+
+
+def test_crash_loop_gives_up_with_69_and_delays_double(project: Project) -> None:
+    project.write_config(
+        agent("exits_with.py", "1"),
+        runtime={"restart_delay_s": 0.1, "max_restart_delay_s": 5},
+        breakers={"crash_loop_rounds": 4},
+    )
+    done = project.cli("serve")
+    assert done.returncode == 69, done.stderr
+    crash = project.events("crash_loop")
+    assert len(crash) == 1
+    assert crash[0]["count"] == 4
+    starts = [e for e in project.events() if e["event"] in ("round_start", "agent_exit")]
+    gaps = [
+        _seconds(starts[i + 1]["ts"]) - _seconds(starts[i]["ts"])
+        for i in range(1, len(starts) - 1, 2)
+    ]
+    # Delays after 1, 2, 3 failures: 0.2, 0.4, 0.8 s (doubling from 0.1 s).
+    assert len(gaps) == 3
+    assert gaps[0] >= 0.19 and gaps[1] >= 0.39 and gaps[2] >= 0.79
+    assert gaps[0] < gaps[1] < gaps[2]
+
+
+def test_stalled_breaker_gives_up_when_clean_rounds_change_nothing(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), breakers={"stalled_rounds": 3})
+    done = project.cli("serve")
+    assert done.returncode == 69
+    assert project.events("stalled_no_progress")[0]["count"] == 3
+    assert len(project.events("round_start")) == 3
+
+
+def test_auth_breaker_gives_up_with_69(project: Project) -> None:
+    project.write_config(agent("auth_failed.py"), breakers={"auth_failed_rounds": 2})
+    done = project.cli("serve")
+    assert done.returncode == 69
+    assert len(project.events("agent_auth_error_detected")) == 2
+    assert project.events("auth_failed")[0]["count"] == 2
+    assert project.events("crash_loop") == []
+
+
+def test_backoff_waits_for_the_server_reset_then_recovers(project: Project) -> None:
+    project.write_config(agent("rate_limited.py", "1.5", "1"), runtime={"max_rounds": 2})
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    transient = project.events("transient_error_detected")[0]
+    assert transient["classification"] == "rate_limit_account"
+    wait = project.events("backoff_wait")[0]
+    assert wait["source"] == "server"
+    assert wait["until"] >= transient["reset_at"]
+    second_start = project.events("round_start")[1]
+    assert _seconds(second_start["ts"]) >= transient["reset_at"] - 0.01
+    assert project.events("backoff_recovered")[0]["classification"] == "rate_limit_account"
+    assert project.events("crash_loop") == []
+
+
+def test_sigterm_during_backoff_stops_within_a_second_and_backoff_survives_restart(
+    project: Project,
+) -> None:
+    project.write_config(agent("rate_limited.py", "3600"))
+    serve = project.start()
+    wait = project.wait_for("backoff_wait")
+    sent = time.monotonic()
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=5) == 0
+    assert time.monotonic() - sent < 1.0
+    assert project.events("serve_stop")[0]["reason"] == "stopped (SIGTERM)"
+
+    again = project.start()
+    resumed = project.wait_for("backoff_wait", count=2)
+    assert resumed["until"] == wait["until"]
+    time.sleep(0.3)
+    assert len(project.events("round_start")) == 1, (
+        "a restarted serve must not spawn during back-off"
+    )
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=5) == 0
+
+
+def test_second_serve_exits_73_naming_the_holder(project: Project) -> None:
+    project.write_config(agent("sleeper.py", "30"))
+    first = project.start()
+    project.wait_for("agent_spawn")
+    second = project.cli("serve")
+    assert second.returncode == 73
+    assert f"pid {first.pid}" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=10) == 0
+
+
+def test_sigkill_mid_round_then_restart_reaps_the_old_group_before_spawning(
+    project: Project, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    project.write_config(agent("records_pid.py", str(pids), "60"))
+    first = project.start()
+    project.wait_for("agent_spawn")
+    deadline = time.monotonic() + 10
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first.kill()
+    first.wait()
+    old_agent = int(pids.read_text().split()[0])
+    assert pid_alive(old_agent), "the agent outlives a SIGKILLed serve until the next start"
+
+    second = project.start()
+    spawn = project.wait_for("agent_spawn", count=2)
+    orphan = project.events("round_orphan_reaped")
+    assert orphan and old_agent in orphan[0]["pids"]
+    kinds = [e["event"] for e in project.events()]
+    assert kinds.index("round_orphan_reaped") < len(kinds) - 1 - kinds[::-1].index("agent_spawn")
+    assert not pid_alive(old_agent)
+    assert spawn["pid"] != old_agent
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=10) == 0
+
+
+def test_stop_file_stops_the_round_and_serve(project: Project) -> None:
+    project.write_config(agent("sleeper.py", "60"))
+    serve = project.start()
+    project.wait_for("agent_spawn")
+    (project.log_dir / "STOP").write_text("")
+    assert serve.wait(timeout=10) == 0
+    assert project.events("stop_file_detected")
+    assert project.events("stop_requested")[0] == {
+        **project.events("stop_requested")[0],
+        "source": "stop_file",
+        "mode": "terminate",
+    }
+    assert project.events("agent_exit")[0]["exit_cause"] == "stopped"
+
+
+def test_stop_command_terminates_the_round(project: Project) -> None:
+    project.write_config(agent("sleeper.py", "60"))
+    serve = project.start()
+    project.wait_for("agent_spawn")
+    status = json.loads(project.cli("status", "--json").stdout)
+    assert (status["running"], status["pid"], status["round"]) == (True, serve.pid, 1)
+    stopped = project.cli("stop", "--timeout", "10")
+    assert stopped.returncode == 0, stopped.stderr
+    assert serve.wait(timeout=1) == 0
+    assert project.events("agent_exit")[0]["exit_cause"] == "stopped"
+    assert json.loads(project.cli("status", "--json").stdout)["running"] is False
+
+
+def test_stop_after_round_lets_the_round_finish(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0", "1.5"))
+    serve = project.start()
+    project.wait_for("agent_spawn")
+    stopped = project.cli("stop", "--after-round", "--timeout", "10")
+    assert stopped.returncode == 0, stopped.stderr
+    assert serve.wait(timeout=1) == 0
+    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
+    assert len(project.events("round_start")) == 1
+
+
+def test_stop_without_a_running_serve_is_an_error(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    done = project.cli("stop")
+    assert done.returncode == 1
+    assert "no serve is running" in done.stderr
+
+
+def test_budget_timeout_kills_an_agent_that_ignores_sigterm(project: Project) -> None:
+    project.write_config(
+        agent("ignores_sigterm.py"), runtime={"round_budget_s": 1, "max_rounds": 1}
+    )
+    started = time.monotonic()
+    assert project.cli("serve").returncode == 0
+    assert time.monotonic() - started >= 1.5  # budget + grace
+    assert project.events("round_timeout_kill")[0]["budget_s"] == 1
+    exit_event = project.events("agent_exit")[0]
+    assert (exit_event["exit_cause"], exit_event["signal"]) == ("timeout", "SIGKILL")
+
+
+def test_live_edits_apply_next_round_and_a_broken_config_keeps_serving(
+    project: Project, tmp_path: Path
+) -> None:
+    record = tmp_path / "record"
+    project.write_config(agent("live_editor.py", str(record)), runtime={"max_rounds": 4})
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    assert record.read_text().splitlines() == [
+        "1:do the work",
+        "2:second prompt",
+        "3:second prompt",
+        "4:second prompt",
+    ]
+    assert project.events("config_reloaded")[0]["changed"] == ["runtime.round_budget_s"]
+    failed = project.events("config_reload_failed")
+    assert len(failed) == 1, "one event per distinct error, not one per round"
+    assert "not valid TOML" in failed[0]["reason"]
+
+
+def test_restart_only_changes_are_deferred(project: Project) -> None:
+    from agent_runner.config import load_config
+    from agent_runner.supervisor.reload import ConfigWatcher
+    from tests.fakes import RecordedEvents
+
+    project.write_config(agent("exits_with.py", "0"))
+    events = RecordedEvents()
+    watcher = ConfigWatcher(load_config(project.config_path), events)
+    project.write_config(
+        agent("exits_with.py", "0"), plugins={"sandbox": "off"}, runtime={"restart_delay_s": 2}
+    )
+    running = watcher.refresh()
+    assert running.plugins.sandbox == "prefer"
+    assert running.runtime.restart_delay_s == 2
+    assert events.of("config_reloaded")[0]["changed"] == ["runtime.restart_delay_s"]
+    assert events.of("config_reload_deferred")[0]["changed"] == ["plugins.sandbox"]
+
+
+def test_sd_notify_messages_arrive_in_order(project: Project, tmp_path: Path) -> None:
+    address = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(address)
+        sock.settimeout(10)
+        project.write_config(agent("exits_with.py", "0", "1.2"), runtime={"max_rounds": 1})
+        env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "400000"}
+        done = project.cli("serve", env=env)
+        assert done.returncode == 0, done.stderr
+        messages = []
+        sock.settimeout(0.2)
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                break
+    assert messages[0].startswith("READY=1")
+    assert any(m.startswith("STATUS=round 1 running") for m in messages)
+    assert sum(m == "WATCHDOG=1" for m in messages) >= 2
+    assert messages[-1].startswith("STOPPING=1")
+
+
+def test_sd_notify_abstract_socket(project: Project) -> None:
+    name = f"agent-runner-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(10)
+        project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+        assert project.cli("serve", env={"NOTIFY_SOCKET": "@" + name}).returncode == 0
+        assert sock.recv(4096).decode().startswith("READY=1")
+
+
+def test_config_error_exits_78_with_one_line(project: Project) -> None:
+    project.config_path.write_text("schema_version = 1\n[plugins]\nsandox = 'off'\n")
+    for command in (["serve"], ["round"], ["peek"], ["status"], ["doctor"], ["events"], ["stop"]):
+        done = project.cli(*command)
+        if command == ["doctor"]:
+            assert done.returncode == 1
+            assert "sandox" in done.stdout
+            continue
+        assert done.returncode == 78, command
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "plugins.sandox: unknown key (did you mean 'sandbox'?)" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_demo_runs_three_rounds_with_a_rate_limit(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_runner", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for kind in ("transient_error_detected", "backoff_wait", "backoff_recovered", "orphan_stashed"):
+        assert kind in out
+    assert out.count(" round_end ") == 3
+    assert "agent-runner peek" in out
+
+
+def _seconds(ts: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("delivery", ["stdin", "argv"])
+def test_prompt_and_environment_reach_the_agent(
+    project: Project, tmp_path: Path, delivery: str
+) -> None:
+    out = tmp_path / "echo"
+    out.mkdir()
+    project.write_config(
+        agent("echo_prompt.py"),
+        agent={
+            "prompt_delivery": delivery,
+            "env": {
+                "ECHO_OUT": str(out),
+                "ECHO_VARS": "AGENT_RUNNER_ROUND,AGENT_RUNNER_TRANSCRIPT,ECHO_OUT",
+            },
+        },
+    )
+    assert project.cli("round").returncode == 0
+    if delivery == "stdin":
+        assert (out / "stdin.bin").read_bytes() == b"do the work\n"
+    else:
+        assert json.loads((out / "argv.json").read_text())[-1] == "do the work\n"
+    env = json.loads((out / "env.json").read_text())
+    assert env["AGENT_RUNNER_ROUND"] == "1"
+    assert env["AGENT_RUNNER_TRANSCRIPT"].endswith("rounds/round-000001.log")
+    transcript = Path(env["AGENT_RUNNER_TRANSCRIPT"]).read_text()
+    assert "echoed to stdout" in transcript and "echoed to stderr" in transcript
