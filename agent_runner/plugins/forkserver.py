@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import sysconfig
+import time
 import traceback
 from typing import Any
 
@@ -24,6 +25,7 @@ from agent_runner.plugins import confine, syscalls
 
 PR_SET_CHILD_SUBREAPER = 36
 HIGH_FD = 100
+SWEEP_S = 2.0
 MAX_MESSAGE_BYTES = 1 << 16
 # Modules a typical hook needs: the child cannot open the stdlib by path once it runs as nobody.
 PRELOADED = [
@@ -176,13 +178,12 @@ class Server:
     def serve(self) -> None:
         """Loop until the parent closes the control socket."""
         while True:
-            for key, _ in self._selector.select(timeout=0.5 if self._children else None):
+            for key, _ in self._selector.select():
                 if key.fileobj is self._control:
                     if not self._handle_message():
                         return
                 else:
                     self._reap(int(key.fd))
-            self._kill_strays()
 
     def _handle_message(self) -> bool:
         try:
@@ -233,23 +234,25 @@ class Server:
         call_id, pid = self._children.pop(pidfd)
         self._selector.unregister(pidfd)
         os.close(pidfd)
-        # Still a zombie: the group id is pinned, so this reaches exactly its leftovers.
-        self._kill_group(pid)
+        # Not reaped yet: the zombie pins the pid and group id while its leftovers are swept.
+        self._sweep(pid)
         _, status = os.waitpid(pid, 0)
-        self._kill_strays()
         self._send({"event": "exited", "id": call_id, "pid": pid, "status": status})
 
-    def _kill_strays(self) -> None:
-        """Kill and reap anything reparented to us that is not a live call child."""
-        known = {pid for _, pid in self._children.values()}
-        for pid in _own_children():
-            if pid in known:
-                continue
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, os.WNOHANG)
-            except (ProcessLookupError, ChildProcessError):
-                continue
+    def _sweep(self, leader: int) -> None:
+        """Kill the call's group and every descendant reparented to us, until none is left."""
+        known = {pid for _, pid in self._children.values()} | {leader}
+        deadline = time.monotonic() + SWEEP_S
+        while time.monotonic() < deadline:
+            self._kill_group(leader)
+            strays = [pid for pid in _own_children() if pid not in known]
+            if not strays:
+                return
+            for pid in strays:
+                with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.01)
 
     def _send(self, message: dict[str, Any]) -> None:
         try:

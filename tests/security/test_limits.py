@@ -1,0 +1,277 @@
+"""Hogs, hangs, floods and crashes end as the right failure, on time, and leave nothing behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_runner.plugins.sandbox import Sandbox
+from tests.fakes import RecordedEvents
+from tests.security.conftest import NOOP, run_hook
+
+
+def _process_gone(pid: int, within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            time.sleep(0.05)
+            continue
+        time.sleep(0.05)
+    return False
+
+
+def _nobody_pids() -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == 65534:
+                    pids.add(int(entry.name))
+            except FileNotFoundError:
+                continue
+    return pids
+
+
+def test_an_8_gib_allocation_is_oom_not_a_sandbox_kill(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        hog = bytearray(8 << 30)
+        return SpawnDecision.skip(str(len(hog)))
+    """
+    result = run_hook(confined, body)
+    assert result.status == "oom", result
+
+
+def test_gradual_memory_growth_is_oom(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        chunks = []
+        while True:
+            chunks.append(bytearray(16 << 20))
+    """
+    result = run_hook(confined, body)
+    assert result.status == "oom", result
+
+
+@pytest.mark.timeout(20)
+def test_infinite_loop_times_out_at_the_deadline(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        while True:
+            pass
+    """
+    started = time.monotonic()
+    result = run_hook(confined, body, timeout_s=1.0)
+    elapsed = time.monotonic() - started
+    assert result.status == "timeout", result
+    assert 1.0 <= elapsed < 4.0
+
+
+@pytest.mark.timeout(20)
+def test_sleeping_hook_times_out_and_its_process_is_gone(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        print(os.getpid(), file=__import__("sys").stderr, flush=True)
+        time.sleep(60)
+    """
+    result = run_hook(confined, body, timeout_s=1.0)
+    assert result.status == "timeout", result
+    pid = int(result.stderr_tail.split()[0])
+    assert _process_gone(pid)
+
+
+def test_hook_ignoring_sigterm_still_dies_at_the_deadline(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """
+    assert run_hook(confined, body, timeout_s=0.5).status == "timeout"
+
+
+@pytest.mark.timeout(30)
+def test_daemon_holding_the_result_pipe_is_killed_and_the_call_ends(unconfined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(60)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        return SpawnDecision.skip("daemonized")
+    """
+    before = _nobody_pids() if os.geteuid() == 0 else set()
+    started = time.monotonic()
+    result = run_hook(unconfined, body, timeout_s=3.0)
+    assert time.monotonic() - started < 6.0
+    assert result.status == "ok", result
+    if os.geteuid() == 0:
+        leftovers = _nobody_pids() - before
+        assert all(_process_gone(pid) for pid in leftovers), leftovers
+
+
+@pytest.mark.timeout(30)
+def test_hanging_child_with_a_grandchild_is_killed_as_a_group(unconfined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        print(child, file=__import__("sys").stderr, flush=True)
+        time.sleep(60)
+    """
+    result = run_hook(unconfined, body, timeout_s=1.0)
+    assert result.status == "timeout", result
+    assert _process_gone(int(result.stderr_tail.split()[0]))
+
+
+@pytest.mark.timeout(30)
+def test_fork_bomb_without_seccomp_is_bounded_and_cleaned_up(unconfined: Sandbox) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("RLIMIT_NPROC bounds a fork bomb only under the dedicated unprivileged uid")
+    body = """
+    def hook(view):
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    """
+    before = _nobody_pids()
+    result = run_hook(unconfined, body, timeout_s=1.5)
+    assert result.status == "timeout", result
+    leftovers = _nobody_pids() - before
+    assert all(_process_gone(pid, 5.0) for pid in leftovers), leftovers
+
+
+def test_stdout_and_stderr_floods_keep_only_a_bounded_tail(confined: Sandbox) -> None:
+    body = """
+    import sys
+    def hook(view):
+        for _ in range(2000):
+            sys.stdout.write("o" * 10000)
+            sys.stderr.write("e" * 10000)
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    assert 0 < len(result.stderr_tail.encode()) <= 8 * 1024
+
+
+@pytest.mark.timeout(20)
+def test_endless_flood_times_out(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        while True:
+            os.write(1, b"x" * 65536)
+    """
+    result = run_hook(confined, body, timeout_s=1.0)
+    assert result.status == "timeout", result
+    assert len(result.stderr_tail) <= 8 * 1024
+
+
+def test_garbage_written_to_fd_1_and_2_does_not_disturb_the_result(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        os.write(1, b"\\xff\\xfe\\x00{garbage")
+        os.write(2, bytes(range(256)))
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    assert result.value == {"action": "proceed", "defer_s": 0.0, "reason": ""}
+
+
+def test_segfault_is_a_crash_not_a_sandbox_kill(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        ctypes.string_at(0)
+    """
+    result = run_hook(confined, body)
+    assert result.status == "crash", result
+    assert result.signal == "SIGSEGV"
+
+
+def test_abort_is_a_crash(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        os.abort()
+    """
+    result = run_hook(confined, body)
+    assert result.status == "crash", result
+    assert result.signal == "SIGABRT"
+
+
+def test_exit_without_a_result_is_a_crash(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        os._exit(3)
+    """
+    result = run_hook(confined, body)
+    assert result.status == "crash", result
+    assert "status 3" in result.detail
+
+
+def test_file_size_limit_fails_the_write_not_the_call(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        with open(os.path.join(os.environ["TMPDIR"], "big"), "wb") as f:
+            try:
+                f.write(b"x" * (64 << 20))
+                f.flush()
+            except OSError as exc:
+                return SpawnDecision.skip(str(exc.errno))
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    assert result.value["reason"] == "27"  # EFBIG
+
+
+def test_killed_fork_server_is_restarted_with_an_event(
+    fresh: tuple[Sandbox, RecordedEvents],
+) -> None:
+    sandbox, events = fresh
+    server = sandbox._server
+    assert server is not None
+    server.process.kill()
+    server.process.wait()
+    assert run_hook(sandbox, NOOP).status == "ok"
+    restarted = events.of("sandbox_server_restarted")
+    assert len(restarted) == 1
+    assert restarted[0]["restarts"] == 1
+    assert "exited" in restarted[0]["reason"]
+
+
+@pytest.mark.timeout(30)
+def test_fork_server_dying_mid_call_fails_only_that_call(
+    fresh: tuple[Sandbox, RecordedEvents],
+) -> None:
+    sandbox, events = fresh
+    server = sandbox._server
+    assert server is not None
+    body = """
+    def hook(view):
+        time.sleep(0.3)
+        return SpawnDecision.proceed()
+    """
+
+    killer = threading.Timer(0.1, server.process.kill)
+    killer.start()
+    result = run_hook(sandbox, body, timeout_s=5.0)
+    killer.join()
+    assert result.status == "crash", result
+    assert "fork server died" in result.detail
+    assert events.kinds().count("sandbox_server_restarted") == 1
+    assert run_hook(sandbox, NOOP).status == "ok"
