@@ -10,7 +10,12 @@ from typing import Any
 from agent_runner.parsers import text
 from agent_runner.parsers.findings import Findings, Transient, Usage, pick_transient
 from agent_runner.parsers.jsonscan import as_dict, as_float, as_int, as_str, split_lines
-from agent_runner.parsers.signals import AUTH_STATUSES, AUTH_TEXT, classify_status, short_redacted
+from agent_runner.parsers.signals import (
+    AUTH_STATUSES,
+    classify_status,
+    looks_like_auth_failure,
+    short_redacted,
+)
 
 # Assistant messages carry an `error` tag when the API call behind them failed.
 _ASSISTANT_ERRORS = {
@@ -112,7 +117,7 @@ def _result_error(result: dict[str, Any], now: float) -> tuple[Transient | None,
     message = " ".join(part for part in parts if part)
     label = f"result api_error_status {status}" if status is not None else "result error"
     detail = short_redacted(f"{label}: {message}" if message else label)
-    if status in AUTH_STATUSES or AUTH_TEXT.search(message):
+    if status in AUTH_STATUSES or looks_like_auth_failure(message):
         return None, detail
     # Prose such as "You've hit your limit · resets 2pm" names the limit better than a bare 429.
     classification = text.classify_line(message) or classify_status(status)

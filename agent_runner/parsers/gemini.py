@@ -17,7 +17,12 @@ from agent_runner.parsers.jsonscan import (
     pretty_printed_objects,
     split_lines,
 )
-from agent_runner.parsers.signals import AUTH_STATUSES, AUTH_TEXT, classify_status, short_redacted
+from agent_runner.parsers.signals import (
+    AUTH_STATUSES,
+    classify_status,
+    looks_like_auth_failure,
+    short_redacted,
+)
 
 _OUTCOME_KEYS = ("response", "stats", "error")
 # Gemini CLI exit codes that its JSON error object reports in `code`.
@@ -56,7 +61,7 @@ def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | N
         code in AUTH_STATUSES
         or code == _AUTH_EXIT_CODE
         or "Auth" in kind
-        or AUTH_TEXT.search(message)
+        or looks_like_auth_failure(message)
     ):
         return None, detail
     classification = text.classify_line(f"{kind}: {message}") or classify_status(code)

@@ -46,6 +46,22 @@ AUTH_TEXT = re.compile(
 )
 
 
+_AUTH_HINTS = (
+    "401", "unauthori", "authenticat", "api key", "api_key", "api-key", "apikey",
+    "login", "log in", "logged in", "sign in", "token", "invalid_grant",
+)  # fmt: skip
+# Messages are short; a longer line is agent output, and scanning it whole is slow.
+MAX_MESSAGE_CHARS = 2048
+
+
+def looks_like_auth_failure(text: str) -> bool:
+    """True when a message says the credentials were refused or a log-in is needed."""
+    text = text[:MAX_MESSAGE_CHARS]
+    lowered = text.lower()
+    # The substring test is a cheap gate in front of the slow alternation.
+    return any(hint in lowered for hint in _AUTH_HINTS) and AUTH_TEXT.search(text) is not None
+
+
 def classify_status(status: int | None) -> str | None:
     """The transient class an HTTP status means, or None (success, auth, or a client error)."""
     return None if status is None else _STATUS_CLASSES.get(status)
@@ -53,7 +69,7 @@ def classify_status(status: int | None) -> str | None:
 
 def short_redacted(text: str) -> str:
     """One line, at most MAX_DETAIL_CHARS, with anything that looks like a secret masked."""
-    line = " ".join(text.split())
+    line = " ".join(text.split())[: MAX_DETAIL_CHARS * 5]
     for pattern, replacement in _SECRETS:
         line = pattern.sub(replacement, line)
     if len(line) > MAX_DETAIL_CHARS:

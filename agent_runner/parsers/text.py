@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from agent_runner.parsers.findings import Findings, Transient, pick_transient
 from agent_runner.parsers.resets import parse_clock, parse_duration
-from agent_runner.parsers.signals import AUTH_TEXT, short_redacted
+from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, looks_like_auth_failure, short_redacted
 
 WINDOW_LINES = 40
 
@@ -58,9 +58,16 @@ _TIMEOUT = re.compile(
 )
 
 
+_TRANSIENT_HINTS = (
+    "limit", "quota", "429", "too many", "exhaust", "500", "502", "503", "504", "529",
+    "internal server", "bad gateway", "unavailable", "time", "overloaded", "apiconnection",
+    "disconnected", "408", "deadline",
+)  # fmt: skip
+
+
 def find_reset(line: str, now: float) -> float | None:
     """The reset time a line states, in any of the known forms, or None."""
-    moment = _stated_reset(line, now)
+    moment = _stated_reset(line[:MAX_MESSAGE_CHARS], now)
     return moment if moment is not None and math.isfinite(moment) else None
 
 
@@ -84,7 +91,10 @@ def _stated_reset(line: str, now: float) -> float | None:
 
 def classify_line(line: str) -> str | None:
     """The transient class a message line announces, or None."""
-    if _WARNING.search(line):
+    line = line[:MAX_MESSAGE_CHARS]
+    lowered = line.lower()
+    # The substring test is a cheap gate in front of the slow alternations.
+    if not any(hint in lowered for hint in _TRANSIENT_HINTS) or _WARNING.search(line):
         return None
     if _ACCOUNT_LIMIT.search(line) or _MODEL_SCOPE.search(line):
         return "rate_limit_model" if _MODEL_SCOPE.search(line) else "rate_limit_account"
@@ -110,7 +120,7 @@ def scan_lines(lines: Sequence[str], *, now: float) -> Findings:
                 # Codex wraps "… or try again at 3:28 PM." onto the next line.
                 reset = find_reset(lines[i + 1], now)
             transients.append(Transient(classification, reset, short_redacted(line)))
-        if AUTH_TEXT.search(line):
+        if looks_like_auth_failure(line):
             auth = short_redacted(line)
     return Findings(transient=pick_transient(transients), auth_error=auth)
 
