@@ -77,6 +77,10 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("dirty_auto_committed", "round ref files", "the work was committed"),
     ("dirty_ignored", "round reason", "the work was left in the tree"),
     ("dirty_action_failed", "round action reason", "securing the work failed; it stays on disk"),
+    ("dirty_intent_rejected", "round reason", "a handler's intent was invalid; builtin used"),
+    ("dirty_protected_file", "round path", "the supervisor's own config is modified; left alone"),
+    ("git_index_lock_cleared", "round path", "a stale index.lock no git process held was removed"),
+    ("git_merge_in_progress", "round operation", "a merge/rebase is under way; tree left as is"),
     ("hook_failed", "hook plugin cause", "a plugin hook call failed"),
     ("plugin_admitted", "name dist version pin families tier", "a plugin was admitted"),
     ("plugin_disabled", "name", "a plugin is disabled in config and was not imported"),
@@ -89,6 +93,7 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("plugin_quarantined", "name reason", "a plugin failed too often; no more calls"),
     ("plugin_spawn_decision", "hook action defer_s reason", "a spawn hook's decision"),
     ("plugin_spawn_override_ignored", "hook action", "a defer/skip from a plugin not allowed to"),
+    ("sandbox_server_restarted", "reason restarts", "the plugin fork server died and was restarted"),
 )
 
 _SECRET_PATTERNS = (
