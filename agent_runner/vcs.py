@@ -83,11 +83,6 @@ class StatusEntry:
     xy: str
     path: str
 
-    @property
-    def unmerged(self) -> bool:
-        """True for a conflicted path."""
-        return "U" in self.xy or self.xy in ("AA", "DD")
-
 
 @dataclass(frozen=True)
 class TreeEntry:

@@ -156,7 +156,9 @@ def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Pa
     (repo / "tracked.txt").write_text("v2\n")
     (repo / "new.txt").write_text("n\n")
     (repo / "agent-runner.toml").write_text("x\n")
-    tree = vcs.snapshot_tree(vcs.open_repo(repo), vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch")
+    tree = vcs.snapshot_tree(
+        vcs.open_repo(repo), vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch"
+    )
     assert set(vcs.tree_entries(vcs.open_repo(repo), tree)) == {"tracked.txt", "new.txt"}
     assert (
         git(repo, "status", "--porcelain") == " M tracked.txt\n?? agent-runner.toml\n?? new.txt\n"
