@@ -131,7 +131,7 @@ class AgentProcess:
         except (OSError, ValueError) as exc:
             if stdin_w >= 0:
                 os.close(stdin_w)
-            raise SpawnError(_describe_spawn_failure(argv, exc)) from exc
+            raise SpawnError(_describe_spawn_failure(argv, cwd, exc)) from exc
         finally:
             os.close(out)
             if stdin_r >= 0:
@@ -402,13 +402,16 @@ def _feed(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _describe_spawn_failure(argv: Sequence[str], exc: OSError | ValueError) -> str:
+def _describe_spawn_failure(argv: Sequence[str], cwd: Path, exc: OSError | ValueError) -> str:
     if isinstance(exc, ValueError):
         return f"cannot start {argv[0]!r}: {exc}"
     if exc.errno == errno.E2BIG:
         return f"cannot start {argv[0]!r}: the arguments are too long (deliver the prompt on stdin)"
-    where = f" ({exc.filename})" if exc.filename else ""
-    return f"cannot start {argv[0]!r}: {exc.strerror}{where}"
+    if exc.filename is not None and os.fspath(exc.filename) == argv[0]:
+        if exc.errno == errno.ENOENT:
+            return f"cannot start {argv[0]!r}: not found (is it installed and on PATH?)"
+        return f"cannot start {argv[0]!r}: {exc.strerror}"
+    return f"cannot start {argv[0]!r} in {cwd}: {exc.strerror}"
 
 
 def _signal_name(signum: int) -> str:

@@ -198,12 +198,16 @@ def test_setsid_grandchild_and_double_forked_daemon_are_reaped(tmp_path: Path, e
     assert gone(daemon)
 
 
-def test_a_process_tree_that_keeps_forking_is_reaped_completely(tmp_path: Path) -> None:
-    agent_ = spawn(tmp_path, agent("forks_forever.py", "60"))
-    assert not agent_.wait(0.5)
-    agent_.terminate(0.1)
-    assert len(reap_leftovers()) >= 60
-    assert process._descendants(os.getpid(), ()) == {}
+def test_a_process_tree_that_keeps_forking_is_reaped_completely(
+    tmp_path: Path, preexisting: set[int]
+) -> None:
+    tree = subprocess.Popen(agent("forks_forever.py", "30", str(tmp_path / "complete")))
+    wait_for_file(tmp_path / "complete")
+    killed = reap_leftovers(keep=preexisting)
+    assert tree.pid in killed
+    assert len(killed) >= 31
+    assert process._descendants(os.getpid(), preexisting) == {}
+    tree.wait()  # already reaped by reap_leftovers; Popen copes with ECHILD
 
 
 def test_reap_leftovers_spares_kept_processes_and_their_children(
@@ -350,7 +354,7 @@ def test_fifo_at_the_transcript_path_is_refused_without_hanging(tmp_path: Path) 
 
 
 def test_missing_executable_is_a_spawn_error(tmp_path: Path) -> None:
-    with pytest.raises(SpawnError, match="no-such-agent-binary"):
+    with pytest.raises(SpawnError, match="'no-such-agent-binary': not found"):
         AgentProcess.spawn(
             ["no-such-agent-binary", "-p"],
             cwd=tmp_path,
@@ -369,6 +373,12 @@ def test_missing_work_dir_is_a_spawn_error(tmp_path: Path) -> None:
             stdin_data=None,
             transcript=tmp_path / "t.log",
         )
+
+
+def test_prompt_too_long_for_argv_is_a_spawn_error_pointing_at_stdin(tmp_path: Path) -> None:
+    argv, _ = deliver_prompt(agent("exits_with.py", "0"), "x" * (256 * 1024), "argv")
+    with pytest.raises(SpawnError, match="deliver the prompt on stdin"):
+        spawn(tmp_path, argv)
 
 
 def test_blocked_sigterm_in_the_spawning_thread_is_refused(tmp_path: Path) -> None:
