@@ -35,6 +35,9 @@ _DATE = re.compile(
     r"(?:,?\s+(?:at\s+)?(?=\d))?",
     re.IGNORECASE,
 )
+_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})?"
+)
 _ZONE = re.compile(r"\s*\((?P<paren>[A-Za-z][A-Za-z0-9_+\-/]*)\)|\s+(?P<bare>UTC|GMT)\b")
 # A clock time a little in the past is the reset the message meant, not tomorrow's.
 PAST_TOLERANCE_S = 15 * 60
@@ -55,17 +58,29 @@ def _zone(name: str | None) -> tzinfo | None:
         name = "UTC"
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return None
 
 
 def parse_clock(text: str, now: float) -> float | None:
-    """Epoch of a leading "3pm", "3:28 PM (UTC)", "Aug 8th, 2026 12:30 PM", "9/23/2026"…
+    """Epoch of a leading "3pm", "3:28 PM (UTC)", "Aug 8th, 2026 12:30 PM", "9/23/2026", ISO 8601…
 
     A bare time is the next such time after `now` (less a small tolerance); a date
     without a year is the next such date. Returns None when no time or date leads.
     """
     text = text.lstrip()
+    iso = _ISO.match(text)
+    return _parse_iso(iso.group(0)) if iso else _parse_wording(text, now)
+
+
+def _parse_iso(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _parse_wording(text: str, now: float) -> float | None:
     date = _DATE.match(text)
     rest = text[date.end() :] if date and date.group(0) else text
     clock = _CLOCK.match(rest)

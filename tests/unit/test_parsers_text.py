@@ -61,6 +61,10 @@ def test_durations(text: str, seconds: float | None) -> None:
         ("Jan 16 at 8am", 86400),
         ("Jan 3", 353 * 86400 - 8 * 3600),  # no year and long past: next January
         ("1/20/2027", 5 * 86400 - 8 * 3600),
+        ("2027-01-15T10:30:00Z", 2 * 3600 + 30 * 60),
+        ("2027-01-15T10:30:00+02:00", 30 * 60),
+        ("2027-01-15 09:00", 3600),
+        ("2027-13-45T10:30:00Z", None),
         ("3 attempts", None),
         ("soon", None),
         ("25:00", None),
