@@ -183,23 +183,65 @@ def demo() -> None:
     raise SystemExit(run_demo(echo=click.echo))
 
 
-def main() -> None:
-    """Console-script entry point: run the CLI and map errors to exit codes."""
+def _not_yet(name: str) -> None:
+    raise AgentRunnerError(f"'{name}' is not available in agent-runner {__version__} yet")
+
+
+@cli.command()
+@click.option("--system", is_flag=True, help="Install for the whole system (needs root).")
+@click.option("--dry-run", is_flag=True, help="Print the unit and the commands only.")
+@click.option("--now", is_flag=True, help="Also enable and start it.")
+@config_option
+def install(**_options: object) -> None:
+    """Install the systemd unit (not yet available)."""
+    _not_yet("install")
+
+
+@cli.command()
+@config_option
+def uninstall(**_options: object) -> None:
+    """Stop, disable and remove the systemd unit (not yet available)."""
+    _not_yet("uninstall")
+
+
+@cli.group()
+def plugins() -> None:
+    """Discovered plugins, provenance and pins (not yet available)."""
+
+
+@plugins.command(name="list")
+@json_option
+@config_option
+def plugins_list(**_options: object) -> None:
+    """Show discovered plugins (not yet available)."""
+    _not_yet("plugins list")
+
+
+@plugins.command(name="pin")
+@click.argument("name")
+@config_option
+def plugins_pin(**_options: object) -> None:
+    """Write a plugin's digest into [plugins.pin] (not yet available)."""
+    _not_yet("plugins pin")
+
+
+def run(args: list[str] | None = None) -> int:  # noqa: PLR0911 -- one return per error class
+    """Run the CLI and turn every error into its one-line message and exit code."""
     try:
-        cli.main(standalone_mode=False, prog_name="agent-runner")
+        result = cli.main(args, standalone_mode=False, prog_name="agent-runner")
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(ExitCode.FAILURE)
+        return ExitCode.FAILURE
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except AgentRunnerError as exc:
         click.echo(f"agent-runner: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
-    except SystemExit:
-        raise
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else ExitCode.FAILURE
     except Exception as exc:
         if os.environ.get("AGENT_RUNNER_DEBUG"):
             raise
@@ -208,5 +250,10 @@ def main() -> None:
             "(set AGENT_RUNNER_DEBUG=1 for the traceback)",
             err=True,
         )
-        sys.exit(ExitCode.FAILURE)
-    sys.exit(ExitCode.OK)
+        return ExitCode.FAILURE
+    return result if isinstance(result, int) else ExitCode.OK
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())

@@ -40,12 +40,6 @@ class LockHeld(AgentRunnerError):
     exit_code = ExitCode.LOCKED
 
 
-class GaveUp(AgentRunnerError):
-    """A breaker tripped: crash loop, no progress, or failed authentication."""
-
-    exit_code = ExitCode.GAVE_UP
-
-
 class GitError(AgentRunnerError):
     """A git command failed or timed out; the work tree was left as it was."""
 
