@@ -127,7 +127,9 @@ def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit
     for entry in vcs.status(repo):
         if _is_protected(entry.path, rel):
             # The supervisor's own config and logs are the operator's, not the agent's work.
-            emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
+            # An untracked config is the usual setup, not news: only a changed tracked one is.
+            if entry.xy != "??":
+                emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
         else:
             files.append(entry.path)
     return _Tree(repo, rel, tuple(sorted(files)))

@@ -426,14 +426,14 @@ def test_untracked_config_is_never_committed(tmp_path: Path) -> None:
     assert porcelain(repo) == "?? agent-runner.toml\n"
 
 
-def test_only_the_config_dirty_is_not_agent_work(tmp_path: Path) -> None:
+def test_an_untracked_config_alone_is_not_agent_work_and_not_news(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     (repo / "agent-runner.toml").write_text("schema_version = 1\n")
     events = RecordedEvents()
     report = secure(repo, events)
     assert report.action == "none"
     assert not report.progressed
-    assert events.kinds() == ["dirty_protected_file"]
+    assert events.events == []
 
 
 def test_protected_log_dir_and_subdirectory_work_dir(tmp_path: Path) -> None:
