@@ -12,7 +12,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from agent_runner.errors import AgentRunnerError, LockHeld
 from agent_runner.supervisor.process import process_start_ticks
@@ -83,12 +82,7 @@ class InstanceLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.release()
 
 

@@ -150,11 +150,6 @@ class AgentProcess:
             raise SpawnError("/proc is not readable: the agent could not be tracked")
         return agent
 
-    @property
-    def exited(self) -> bool:
-        """True once the agent has exited and been reaped."""
-        return self._returncode is not None
-
     def wait(self, timeout_s: float | None, wake_fd: int | None = None) -> bool:
         """Block until the agent exits (True), or until the timeout or `wake_fd` is readable."""
         if self._returncode is not None:
@@ -208,7 +203,8 @@ def reap_leftovers(*, keep: Collection[int] = ()) -> list[int]:
     """SIGKILL and reap every descendant except `keep` and theirs; returns the killed pids.
 
     Assumes no other code is running a subprocess of its own meanwhile (a git call would be
-    killed and reaped under it): the loop calls this between rounds only.
+    killed and reaped under it): the loop calls this between rounds only, after the agent
+    itself has been reaped.
     """
     root, spared = os.getpid(), set(keep)
     killed: set[int] = set()
