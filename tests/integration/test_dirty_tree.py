@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -559,3 +560,30 @@ def test_third_party_ignore_and_empty_stash_message(tmp_path: Path) -> None:
         .strip()
         .endswith("agent-runner round 7 (error)")
     )
+
+
+def test_the_supervisor_never_asks_git_to_destroy_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_git = shutil.which("git")
+    assert real_git
+    shim_dir = tmp_path / "shim"
+    shim_dir.mkdir()
+    calls = tmp_path / "calls"
+    shim = shim_dir / "git"
+    shim.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{calls}"\nexec "{real_git}" "$@"\n')
+    shim.chmod(0o755)
+    repo = make_repo(tmp_path)
+    monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+
+    for round_no, cause in enumerate(["error", "clean", "timeout"], start=1):
+        leave_work(repo)
+        (repo / f"round{round_no}.txt").write_text("work")
+        secure(repo, RecordedEvents(), round_no=round_no, exit_cause=cause, dirty_action="commit")
+
+    invoked = calls.read_text().splitlines()
+    assert any(" stash push " in f" {line} " for line in invoked)
+    assert any(" commit " in f" {line} " for line in invoked)
+    forbidden = ("reset", "clean", "checkout", "restore", "stash drop", "stash pop", "stash clear")
+    for line in invoked:
+        assert not any(f" {word} " in f" {line} " for word in forbidden), line
