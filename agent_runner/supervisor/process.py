@@ -89,10 +89,12 @@ def transcript_path(log_dir: Path, round_no: int) -> Path:
 class AgentProcess:
     """One running agent: the leader of its own session and process group."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int, start_ticks: int) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], pidfd: int, start_ticks: int, started: float
+    ) -> None:
         self._popen = popen
         self._pidfd = pidfd
-        self._started = time.monotonic()
+        self._started = started
         self._ended: float | None = None
         self._returncode: int | None = None
         self.pid = popen.pid
@@ -117,6 +119,7 @@ class AgentProcess:
             raise SpawnError("SIGTERM is blocked in this thread; the agent would inherit that")
         out = _open_transcript(transcript)
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if stdin_data is not None else (-1, -1)
+        started = time.monotonic()
         try:
             popen = subprocess.Popen(
                 list(argv),
@@ -136,19 +139,23 @@ class AgentProcess:
             os.close(out)
             if stdin_r >= 0:
                 os.close(stdin_r)
-        # The child is unreaped, so its pid cannot be recycled before pidfd_open.
-        pidfd = os.pidfd_open(popen.pid)
+        try:
+            # The child is unreaped, so its pid cannot have been recycled yet.
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError as exc:
+            _abandon(popen, stdin_w)
+            raise SpawnError(f"cannot watch the agent: pidfd_open: {exc.strerror}") from exc
         ticks = process_start_ticks(popen.pid)
-        agent = cls(popen, pidfd, ticks or 0)
+        if ticks is None:
+            os.close(pidfd)
+            _abandon(popen, stdin_w)
+            raise SpawnError("cannot watch the agent: /proc is not readable")
         if stdin_data is not None:
             # A thread, because a prompt larger than the pipe buffer blocks until the agent reads.
             threading.Thread(
                 target=_feed, args=(stdin_w, stdin_data), name=f"stdin-{popen.pid}", daemon=True
             ).start()
-        if ticks is None:
-            agent.terminate(0)
-            raise SpawnError("/proc is not readable: the agent could not be tracked")
-        return agent
+        return cls(popen, pidfd, ticks, started)
 
     def wait(self, timeout_s: float | None, wake_fd: int | None = None) -> bool:
         """Block until the agent exits (True), or until the timeout or `wake_fd` is readable."""
@@ -385,6 +392,15 @@ def _open_transcript(path: Path) -> int:
         raise SpawnError(f"refusing the transcript {path}: not a regular file")
     os.set_blocking(fd, True)
     return fd
+
+
+def _abandon(popen: subprocess.Popen[bytes], stdin_w: int) -> None:
+    """Kill and reap an agent that cannot be supervised."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+    if stdin_w >= 0:
+        os.close(stdin_w)
 
 
 def _feed(fd: int, data: bytes) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -379,6 +380,19 @@ def test_prompt_too_long_for_argv_is_a_spawn_error_pointing_at_stdin(tmp_path: P
     argv, _ = deliver_prompt(agent("exits_with.py", "0"), "x" * (256 * 1024), "argv")
     with pytest.raises(SpawnError, match="deliver the prompt on stdin"):
         spawn(tmp_path, argv)
+
+
+def test_kernel_without_pidfd_leaves_no_agent_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    before = own_children()
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    with pytest.raises(SpawnError, match="pidfd_open"):
+        spawn(tmp_path, agent("sleeper.py"), stdin_data=b"prompt")
+    assert own_children() == before
 
 
 def test_blocked_sigterm_in_the_spawning_thread_is_refused(tmp_path: Path) -> None:
