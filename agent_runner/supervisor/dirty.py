@@ -86,7 +86,8 @@ def secure_tree(
     `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
     """
     try:
-        tree = _inspect(work_dir, round_no, protected, emit)
+        # The state dir holds the idempotency record and scratch index: never the agent's work.
+        tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
         return TreeReport(head_before, head_before, False, False, "failed")

@@ -587,3 +587,16 @@ def test_the_supervisor_never_asks_git_to_destroy_work(
     forbidden = ("reset", "clean", "checkout", "restore", "stash drop", "stash pop", "stash clear")
     for line in invoked:
         assert not any(f" {word} " in f" {line} " for word in forbidden), line
+
+
+def test_a_state_dir_inside_the_work_tree_is_never_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    state = repo / "state"
+    events = RecordedEvents()
+    report = secure(repo, events, state_dir=state)
+    assert report.action == "stash"
+    assert (state / "dirty-last-stash.json").exists()
+    leave_work(repo)
+    assert secure(repo, events, state_dir=state, now=NOW + 1).action == "skipped_idempotent"
+    assert "state" not in git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3")
