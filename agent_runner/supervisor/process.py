@@ -377,7 +377,8 @@ def _open_transcript(path: Path) -> int:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise SpawnError(f"cannot open the folder of {path}: {exc.strerror}") from exc
+        reason = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise SpawnError(f"refusing the transcript folder {path.parent}: {reason}") from exc
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         # O_NONBLOCK so that a FIFO planted at the path fails at once instead of hanging us.

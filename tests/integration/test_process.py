@@ -341,6 +341,16 @@ def test_symlinked_transcript_is_refused_and_nothing_starts(tmp_path: Path) -> N
     assert own_children() == before
 
 
+def test_symlinked_transcript_folder_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rounds").symlink_to(elsewhere)
+    with pytest.raises(SpawnError, match=r"folder .* symlink"):
+        spawn(tmp_path, agent("exits_with.py", "0"))
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_fifo_at_the_transcript_path_is_refused_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "round-000001.log"
     os.mkfifo(fifo)
