@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 import os
 import re
@@ -419,3 +420,39 @@ def _type_name(value: Any) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
     names |= {list: "a list", dict: "a table"}
     return names.get(type(value), type(value).__name__)
+
+
+def render_docs() -> str:
+    """docs/configuration.md, generated from SCHEMA."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `agent_runner.config.SCHEMA` by `python -m agent_runner.config`; a test",
+        "fails when this file is stale. `schema_version = 1` is required. Relative paths resolve",
+        "against the config file's folder. Unknown tables and keys are errors.",
+        "",
+        "| key | type | default | allowed |",
+        "| --- | --- | --- | --- |",
+    ]
+    for table, keys in SCHEMA.items():
+        for name, key in keys.items():
+            allowed = ", ".join(key.choices) if key.choices else ""
+            if key.low is not None:
+                allowed = f"{key.low:g} .. {key.high:g}"
+            if key.default is None:
+                shown = "from the preset" if table == "agent" and name != "preset" else "none"
+            else:
+                shown = f"`{json.dumps(key.default)}`"
+            lines.append(f"| `{table}.{name}` | {key.kind} | {shown} | {allowed} |")
+    lines += [
+        "",
+        "`runtime.log_dir` defaults to `$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the",
+        "absolute work_dir>` (`~/.local/state` when XDG_STATE_HOME is unset); `runtime.stop_file`",
+        "defaults to `<log_dir>/STOP`. `agent.command` and `agent.parser` are required unless",
+        "`agent.preset` supplies them. Pins must match `^sha256:[0-9a-f]{64}$`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_docs())

@@ -271,3 +271,10 @@ def test_prompt_files_are_concatenated_and_must_be_non_empty(tmp_path: Path) -> 
 
 def test_schema_covers_every_table_of_the_spec() -> None:
     assert set(SCHEMA) == {"agent", "prompt", "runtime", "breakers", "backoff", "vcs", "plugins"}
+
+
+def test_configuration_doc_is_generated_from_the_schema() -> None:
+    from agent_runner.config import render_docs
+
+    doc = Path(__file__).parents[2] / "docs" / "configuration.md"
+    assert doc.read_text() == render_docs(), "run `make docs` to regenerate"
