@@ -102,7 +102,8 @@ def prepare(config: dict[str, Any]) -> confine.Prebuilt:
     _prepare_landlock(prebuilt, config["read_roots"])
     try:
         prebuilt.seccomp_bpf = export_seccomp_bpf(syscalls.child_policy())
-    except (OSError, RuntimeError, ValueError) as exc:
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        # pyseccomp raises RuntimeError, not ImportError, when libseccomp.so.2 is missing.
         prebuilt.notes.append(f"seccomp unavailable: {exc}")
     return prebuilt
 
