@@ -377,7 +377,7 @@ def _open_transcript(path: Path) -> int:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        reason = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        reason = "it is a symlink" if path.parent.is_symlink() else exc.strerror
         raise SpawnError(f"refusing the transcript folder {path.parent}: {reason}") from exc
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
