@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import fcntl
+import gc
 import importlib
 import json
 import os
@@ -28,7 +29,7 @@ HIGH_FD = 100
 SWEEP_S = 2.0
 MAX_MESSAGE_BYTES = 1 << 16
 # Modules a typical hook needs: the child cannot open the stdlib by path once it runs as nobody.
-PRELOADED = [
+PRELOADED = (
     "base64",
     "bisect",
     "calendar",
@@ -41,7 +42,6 @@ PRELOADED = [
     "enum",
     "fnmatch",
     "functools",
-    "hashlib",
     "heapq",
     "itertools",
     "json",
@@ -59,7 +59,7 @@ PRELOADED = [
     "typing",
     "uuid",
     "zoneinfo",
-]
+)
 
 PRELOADED_CODECS = ("ascii", "idna", "latin-1", "utf-8", "utf-16", "utf-32")
 
@@ -79,6 +79,9 @@ def main(config_json: str) -> None:
             prebuilt.notes.append(f"preload {name}: {exc}")
     for codec in PRELOADED_CODECS:
         codecs.lookup(codec)
+    # Children then never write to the pages these objects live on when they collect garbage.
+    gc.collect()
+    gc.freeze()
     control = socket.socket(fileno=int(config["control_fd"]))
     ready = {
         "event": "ready",

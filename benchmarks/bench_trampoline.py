@@ -1,0 +1,80 @@
+"""Per-call overhead of the trampoline for a no-op hook, and the memory a confined child uses.
+
+Run: .venv/bin/python benchmarks/bench_trampoline.py [--calls 300] [--mode require]
+SPEC §11 target: median <= 12 ms per call at the full tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+from agent_runner.plugins.sandbox import CallRequest, Sandbox
+
+NOOP_PLUGIN = {
+    "noop/__init__.py": b"""\
+import resource
+from agent_runner.plugins import PluginManifest, SpawnDecision
+
+def noop(view):
+    return SpawnDecision.proceed()
+
+def peak(view):
+    return SpawnDecision.skip(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+PLUGIN = PluginManifest(name="noop", spawn_hooks=(noop, peak))
+"""
+}
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--mode", choices=["require", "prefer", "off"], default="require")
+    args = parser.parse_args()
+
+    events: list[tuple[str, dict[str, object]]] = []
+    with Sandbox(args.mode, emit=lambda kind, **f: events.append((kind, f))) as sandbox:
+        started = time.perf_counter()
+        report = sandbox.start()
+        boot_ms = (time.perf_counter() - started) * 1000
+        noop = CallRequest("spawn", NOOP_PLUGIN, "noop:PLUGIN", "noop", {"round": 1})
+        for _ in range(20):
+            sandbox.call(noop)
+        samples = []
+        for _ in range(args.calls):
+            started = time.perf_counter()
+            result = sandbox.call(noop)
+            samples.append((time.perf_counter() - started) * 1000)
+            assert result.status == "ok", result
+        peaks = []
+        for _ in range(20):
+            peak = sandbox.call(CallRequest("spawn", NOOP_PLUGIN, "noop:PLUGIN", "peak", {}))
+            peaks.append(int(peak.value["reason"]))
+        server = sandbox._server
+        server_rss = _rss_kib(server.process.pid) if server is not None else 0
+
+    samples.sort()
+    print(f"tier                      {report.tier} (landlock ABI {report.landlock_abi})")
+    print(f"boot (server + probe)     {boot_ms:.1f} ms")
+    print(f"calls                     {len(samples)}")
+    print(f"per-call median           {statistics.median(samples):.2f} ms")
+    print(f"per-call p90              {samples[int(len(samples) * 0.9)]:.2f} ms")
+    print(f"per-call min              {samples[0]:.2f} ms")
+    print(f"child peak RSS (median)   {statistics.median(peaks) / 1024:.1f} MiB")
+    print(f"fork server RSS           {server_rss / 1024:.1f} MiB")
+    print(f"supervisor pid            {os.getpid()}")
+
+
+if __name__ == "__main__":
+    main()
