@@ -268,6 +268,8 @@ def _read_stat(pid: int) -> _Stat | None:
             raw = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
+    if b")" not in raw:
+        return None  # read as the process was being released
     # The command name may contain spaces and parentheses; the fields start after the last ')'.
     fields = raw[raw.rindex(b")") + 2 :].split()
     return _Stat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
@@ -347,8 +349,9 @@ def _freeze(
                 # A stopped process cannot fork, so once all are stopped a rescan sees the
                 # whole tree; killing instead would race a fork loop.
                 signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 os.close(pidfd)
+                rejected.add(pid)
                 continue
             held[pid] = _Held(pidfd, entry.state != "Z")
 

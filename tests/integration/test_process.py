@@ -498,5 +498,25 @@ def test_orphaned_group_without_its_leader_loses_only_members_started_after_it(
     assert kill_orphan_group(pgid, ticks) == [member]
 
 
+def test_orphaned_group_of_another_user_is_left_alone(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another uid")
+    pgid, ticks, member = orphaned_group(tmp_path)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # an unprivileged process finds the group but may not signal it
+        try:
+            os.setuid(65534)
+            os.write(write_end, json.dumps(kill_orphan_group(pgid, ticks)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        assert json.loads(reader.read()) == []
+    assert os.waitpid(child, 0)[1] == 0
+    assert process._read_stat(member) is not None
+    assert sorted(kill_orphan_group(pgid, ticks)) == sorted([pgid, member])
+
+
 def test_kill_orphan_group_never_touches_its_own_group() -> None:
     assert kill_orphan_group(os.getpgid(0), process_start_ticks(os.getpgid(0))) == []
