@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent_runner import vcs
@@ -56,14 +57,15 @@ class RoundRunner:
     stop: StopControl
     clock: Clock
     on_spawn: Callable[[int, AgentProcess], None]
+    in_git: bool = True
     tick: Callable[[], None] = lambda: None
     keep_pids: Callable[[], Collection[int]] = tuple
 
-    def run(self, number: int) -> RoundResult:
+    def run(self, number: int, head_before: str | None) -> RoundResult:
+        """Run round `number`; `head_before` is HEAD as the previous round left it."""
         config, emit = self.config, self.emit
         runtime = config.runtime
         emit("round_start", round=number)
-        head_before = _head(config)
         transcript = transcript_path(runtime.log_dir, number)
         transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         prompt = read_prompt(config).decode("utf-8", "replace")
@@ -131,9 +133,9 @@ class RoundRunner:
                 return "stopped"
 
     def _secure(self, number: int, cause: str, head_before: str | None) -> TreeReport | None:
-        work_dir = self.config.runtime.work_dir
-        if head_before is None and not vcs.is_work_tree(work_dir):
+        if not self.in_git:
             return None
+        work_dir = self.config.runtime.work_dir
         return secure_tree(
             work_dir,
             round_no=number,
@@ -148,9 +150,10 @@ class RoundRunner:
         )
 
 
-def _head(config: Config) -> str | None:
+def current_head(work_dir: Path) -> str | None:
+    """HEAD of the work tree, or None (no commits yet, or git failed)."""
     try:
-        return vcs.head_sha(config.runtime.work_dir)
+        return vcs.head_sha(work_dir)
     except GitError:
         return None
 

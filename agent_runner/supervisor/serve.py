@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from agent_runner import __version__
+from agent_runner import __version__, vcs
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config
 from agent_runner.errors import ExitCode
@@ -20,7 +20,7 @@ from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
 from agent_runner.supervisor.process import AgentProcess, become_subreaper, process_start_ticks
 from agent_runner.supervisor.reload import ConfigWatcher
-from agent_runner.supervisor.round import RoundResult, RoundRunner
+from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
 from agent_runner.supervisor.state import read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
 from agent_runner.systemd import Notifier
@@ -62,6 +62,8 @@ class Serve:
     last_round: int = 0
     last_summary: dict[str, Any] | None = None
     notifier: Notifier = field(default_factory=Notifier)
+    in_git: bool = False
+    head: str | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
 
@@ -72,6 +74,9 @@ class Serve:
         self.last_round = int(previous.get("last_round_number", 0))
         self.loop = _loop_from_state(previous.get("loop"))
         reap_previous_agent(previous, emit)
+        # work_dir only changes on restart, so whether it is a git tree is settled once.
+        self.in_git = vcs.is_work_tree(self.config.runtime.work_dir)
+        self.head = current_head(self.config.runtime.work_dir) if self.in_git else None
         watcher = ConfigWatcher(self.config, emit)
         self._state = {
             "supervisor": {
@@ -150,9 +155,13 @@ class Serve:
             self.stop,
             self.clock,
             on_spawn=self._on_spawn,
+            in_git=self.in_git,
             tick=self._round_tick,
         )
-        result = runner.run(self.last_round)
+        # HEAD as the last round left it: the only process between rounds is this one.
+        result = runner.run(self.last_round, self.head)
+        if result.tree is not None:
+            self.head = result.tree.head_after
         self.last_summary = result.summary()
         return result
 

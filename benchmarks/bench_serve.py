@@ -1,0 +1,129 @@
+"""Serve end to end: restart latency, supervisor CPU and RSS during a round, stop latency.
+
+Prints medians; asserts nothing. Usage: python benchmarks/bench_serve.py [round_seconds=60]
+Targets (SPEC §11): restart <= 20 ms, CPU <= 0.05 s per 60 s round, RSS <= 40 MB, stop <= 0.3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tomli_w
+
+ROUNDS = 40
+STOP_RUNS = 5
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def project(root: Path, command: list[str], git: bool, **runtime: object) -> Path:
+    work = root / "work"
+    (work / "prompts").mkdir(parents=True)
+    (work / "prompts" / "main.md").write_text("go\n")
+    if git:
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "b",
+            "GIT_AUTHOR_EMAIL": "b@b",
+            "GIT_COMMITTER_NAME": "b",
+            "GIT_COMMITTER_EMAIL": "b@b",
+        }
+        (work / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
+        for args in (["init", "-q"], ["add", ".gitignore"], ["commit", "-qm", "init"]):
+            subprocess.run(["git", *args], cwd=work, check=True, env=env)
+    config = work / "agent-runner.toml"
+    config.write_text(
+        tomli_w.dumps(
+            {
+                "schema_version": 1,
+                "agent": {"command": command, "parser": "claude"},
+                "runtime": {"log_dir": str(root / "logs"), "restart_delay_s": 0, **runtime},
+                "breakers": {"stalled_rounds": 10_000},
+            }
+        )
+    )
+    return config
+
+
+def serve(config: Path, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent_runner", "serve", "--config", str(config), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_event(log_dir: Path, kind: str, timeout: float = 30) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in sorted(log_dir.glob("events-*.jsonl")):
+            for line in path.read_text().splitlines():
+                if f'"event":"{kind}"' in line:
+                    return json.loads(line)
+        time.sleep(0.01)
+    raise SystemExit(f"no {kind} event")
+
+
+def restart_latency(git: bool) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        stamps = Path(tmp) / "stamps"
+        # The agent's only work: one timestamp at start and one just before it exits.
+        script = f"date +%s.%N >> {stamps}.start; date +%s.%N >> {stamps}.end"
+        config = project(Path(tmp), ["sh", "-c", script], git)
+        proc = serve(config, "--max-rounds", str(ROUNDS))
+        proc.wait()
+        starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
+        ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
+        gaps = [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)]
+        return statistics.median(gaps)
+
+
+def cpu_and_rss(round_s: float) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = project(Path(tmp), ["sleep", str(round_s)], git=True)
+        proc = serve(config, "--max-rounds", "1")
+        wait_event(Path(tmp) / "logs", "agent_spawn")
+        before = _cpu_s(proc.pid)
+        time.sleep(round_s - 1)
+        after = _cpu_s(proc.pid)
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        rss_kib = int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1])
+        proc.wait()
+        return after - before, rss_kib / 1024
+
+
+def stop_latency() -> float:
+    samples = []
+    for _ in range(STOP_RUNS):
+        with tempfile.TemporaryDirectory() as tmp:
+            agent = Path(__file__).parents[1] / "tests" / "agents" / "rate_limited.py"
+            config = project(Path(tmp), [sys.executable, str(agent), "3600"], git=False)
+            proc = serve(config)
+            wait_event(Path(tmp) / "logs", "backoff_wait")
+            time.sleep(0.2)
+            started = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+if __name__ == "__main__":
+    round_s = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    print(f"restart latency, no git:   median {restart_latency(False):.1f} ms over {ROUNDS} rounds")
+    print(f"restart latency, git tree: median {restart_latency(True):.1f} ms over {ROUNDS} rounds")
+    print(f"stop latency in back-off:  median {stop_latency():.0f} ms over {STOP_RUNS} runs")
+    cpu, rss = cpu_and_rss(round_s)
+    print(f"supervisor during a {round_s:g} s round: CPU {cpu:.3f} s, peak RSS {rss:.1f} MB")
