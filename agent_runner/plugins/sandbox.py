@@ -5,6 +5,7 @@ Nothing a child does can raise out of `Sandbox.call`: every outcome becomes a `C
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -282,6 +283,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._restarts = 0
+        self._server_dead: str | None = None
         self.report: ProbeReport | None = None
 
     def __enter__(self) -> Sandbox:
@@ -373,14 +375,21 @@ class Sandbox:
         return ProbeReport(tier, abi, fs, value["net"], value["scope"], seccomp, reason)
 
     def _call_locked(self, request: CallRequest, timeout_s: float, best_effort: bool) -> CallResult:
-        server = self._ensure_server()
+        try:
+            server = self._ensure_server()
+        except ConfinementUnavailable as exc:
+            return CallResult("crash", None, f"sandbox unavailable: {exc}", None, None, "")
         scratch = self._make_scratch()
         try:
             outcome = self._run(server, request, timeout_s, scratch, best_effort)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if outcome.server_died:
-            self._restart("the fork server died during a call")
+            server.stop()
+            self._server_dead = "the fork server died during a call"
+            # Restart now; if that fails too, the next call retries and reports it.
+            with contextlib.suppress(ConfinementUnavailable):
+                self._ensure_server()
         return classify(request.family, outcome, timeout_s)
 
     def _run(
@@ -410,26 +419,29 @@ class Sandbox:
         sent = server.send(message, (req_r, res_w, err_w))
         for fd in (req_r, res_w, err_w):
             os.close(fd)
-        exchange = _Exchange(server, payload, req_w, res_r, err_r)
+        exchange = _Exchange(server, call_id, payload, (req_w, res_r, err_r))
         if not sent:
             exchange.close()
             return _Outcome(server_died=True)
         return exchange.run(timeout_s)
 
     def _ensure_server(self) -> _ForkServer:
+        """The live fork server, restarted (with an event) if it died since the last call."""
         if self._server is None:
             raise RuntimeError("Sandbox.start() has not been called")
-        if not self._server.alive():
-            self._restart(f"the fork server exited with status {self._server.process.returncode}")
-        assert self._server is not None
-        return self._server
-
-    def _restart(self, reason: str) -> None:
-        if self._server is not None:
+        if self._server_dead is None and not self._server.alive():
             self._server.stop()
-        self._restarts += 1
-        self._emit("sandbox_server_restarted", reason=reason, restarts=self._restarts)
-        self._server = _ForkServer(self._mode, self._base_roots())
+            self._server_dead = (
+                f"the fork server exited with status {self._server.process.returncode}"
+            )
+        if self._server_dead is not None:
+            self._restarts += 1
+            self._emit(
+                "sandbox_server_restarted", reason=self._server_dead, restarts=self._restarts
+            )
+            self._server = _ForkServer(self._mode, self._base_roots())
+            self._server_dead = None
+        return self._server
 
     def _base_roots(self) -> list[str]:
         import agent_runner  # noqa: PLC0415
@@ -458,9 +470,11 @@ class _Exchange:
     """One call's I/O: feed the request, drain result and stderr, follow the server's reports."""
 
     def __init__(
-        self, server: _ForkServer, payload: bytes, req_w: int, res_r: int, err_r: int
+        self, server: _ForkServer, call_id: int, payload: bytes, fds: tuple[int, int, int]
     ) -> None:
+        req_w, res_r, err_r = fds
         self._server = server
+        self._call_id = call_id
         self._payload = memoryview(payload)
         self._req_w, self._res_r, self._err_r = req_w, res_r, err_r
         self._outcome = _Outcome()
@@ -545,7 +559,7 @@ class _Exchange:
     def _take_message(self, message: dict[str, Any] | None) -> None:
         if self._server.gone:
             self._outcome.server_died = True
-        elif message is None:
+        elif message is None or message.get("id") != self._call_id:
             return
         elif message.get("event") == "spawned":
             self._pid = int(message["pid"])
