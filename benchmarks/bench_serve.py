@@ -94,7 +94,8 @@ def cpu_and_rss(round_s: float) -> tuple[float, float]:
         time.sleep(round_s - 1)
         after = _cpu_s(proc.pid)
         status = Path(f"/proc/{proc.pid}/status").read_text()
-        rss_kib = int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1])
+        hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+        rss_kib = int(hwm.split()[1])
         proc.wait()
         return after - before, rss_kib / 1024
 
