@@ -46,6 +46,7 @@ SELF_TEST_OPERATIONS = (
     "chmod",
 )
 ENV_ALLOWED = ("PATH", "LANG", "TZ")
+TIMEZONE_DATA = ("/usr/share/zoneinfo", "/etc/localtime")
 _BOOT = """\
 import importlib.util, json, sys
 _cfg = json.loads(sys.argv[1])
@@ -444,9 +445,13 @@ class Sandbox:
         return self._server
 
     def _base_roots(self) -> list[str]:
+        """Read-only roots every child gets besides the interpreter and the stdlib."""
         import agent_runner  # noqa: PLC0415
 
-        return [str(Path(agent_runner.__file__).resolve().parent)]
+        roots = [str(Path(agent_runner.__file__).resolve().parent)]
+        # Public time zone data, so datetime and zoneinfo work as they do outside.
+        roots += [path for path in TIMEZONE_DATA if os.path.exists(path)]
+        return roots
 
     def _make_scratch_root(self) -> Path:
         if self._given_scratch_root is not None:
