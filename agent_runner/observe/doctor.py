@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
-from agent_runner.errors import AgentRunnerError, GitError
+from agent_runner.errors import AgentRunnerError, ConfinementUnavailable, GitError
+from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.instance import read_holder
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -135,4 +136,57 @@ def _serve_running(config: Config) -> Iterator[Check]:
 
 
 def _sandbox(config: Config) -> Iterator[Check]:
-    yield from ()
+    mode = config.plugins.sandbox
+    degraded: list[dict[str, Any]] = []
+    sandbox = Sandbox(
+        mode,
+        emit=lambda kind, **fields: degraded.append(fields),
+        hook_timeout_s=config.plugins.hook_timeout_s,
+    )
+    try:
+        try:
+            report = sandbox.start()
+        except ConfinementUnavailable as exc:
+            yield Check(
+                "sandbox", "FAIL", str(exc), 'fix the host, or set plugins.sandbox = "prefer"'
+            )
+            return
+        enforced = ", ".join(k for k in ("fs", "net", "scope", "seccomp") if getattr(report, k))
+        detail = (
+            f"tier {report.tier} (Landlock ABI {report.landlock_abi}; "
+            f"enforced: {enforced or 'nothing'})"
+        )
+        if mode == "off":
+            yield Check(
+                "sandbox",
+                "warn",
+                f'{detail}; plugins run UNCONFINED (sandbox = "off")',
+                'set plugins.sandbox = "prefer" or "require"',
+            )
+        elif report.tier != "full":
+            yield Check(
+                "sandbox",
+                "warn",
+                f"{detail}: {report.unconfined_reason}",
+                "use a kernel with Landlock (>= 5.13) and install libseccomp2",
+            )
+        else:
+            yield Check("sandbox", "ok", detail)
+        if mode == "off":
+            return
+        results = sandbox.self_test()
+        open_ops = [op for op, blocked in results.items() if not blocked]
+        summary = ", ".join(
+            f"{op} {'blocked' if blocked else 'NOT blocked'}" for op, blocked in results.items()
+        )
+        if open_ops:
+            yield Check(
+                "sandbox self-test",
+                "FAIL",
+                summary,
+                "a confined plugin could do: " + ", ".join(open_ops),
+            )
+        else:
+            yield Check("sandbox self-test", "ok", summary)
+    finally:
+        sandbox.close()

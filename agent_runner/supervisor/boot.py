@@ -8,6 +8,7 @@ from agent_runner.config import Config, read_prompt
 from agent_runner.errors import ConfigError
 from agent_runner.events import Emit
 from agent_runner.parsers import PARSER_NAMES
+from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.process import kill_orphan_group
 
 
@@ -28,6 +29,20 @@ def check_boot(config: Config) -> None:
             f"{where}: vcs.dirty_handler: no admitted plugin named {config.vcs.dirty_handler!r}"
         )
     read_prompt(config)
+
+
+def probe_sandbox(config: Config, emit: Emit) -> dict[str, Any]:
+    """What confinement this host gives plugin calls; ConfinementUnavailable under `require`.
+
+    No plugin is admitted yet, so the fork server is stopped again once it has reported.
+    """
+    sandbox = Sandbox(
+        config.plugins.sandbox, emit=emit, hook_timeout_s=config.plugins.hook_timeout_s
+    )
+    try:
+        return sandbox.start().to_dict()
+    finally:
+        sandbox.close()
 
 
 def reap_previous_agent(previous: dict[str, Any], emit: Emit) -> None:

@@ -15,7 +15,7 @@ from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config
 from agent_runner.errors import ExitCode
 from agent_runner.events import EventLog
-from agent_runner.supervisor.boot import check_boot, reap_previous_agent
+from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
 from agent_runner.supervisor.process import AgentProcess, become_subreaper, process_start_ticks
@@ -74,6 +74,7 @@ class Serve:
         self.last_round = int(previous.get("last_round_number", 0))
         self.loop = _loop_from_state(previous.get("loop"))
         reap_previous_agent(previous, emit)
+        sandbox = probe_sandbox(self.config, emit)
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         self.in_git = vcs.is_work_tree(self.config.runtime.work_dir)
         self.head = current_head(self.config.runtime.work_dir) if self.in_git else None
@@ -86,6 +87,8 @@ class Serve:
                 "version": __version__,
             },
             "last_round": previous.get("last_round"),
+            "sandbox": sandbox,
+            "plugins": [],
         }
         emit(
             "serve_start",

@@ -1,0 +1,130 @@
+"""peek, status, events and doctor through the real CLI: read-only and accurate."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.integration.conftest import Project, agent
+
+
+def test_peek_reports_the_last_round_and_writes_nothing(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 2})
+    assert project.cli("serve").returncode == 0
+    files = sorted(p.name for p in project.log_dir.iterdir())
+    events_before = project.events()
+    peek = project.cli("peek", "--json", "--events", "3")
+    assert peek.returncode == 0, peek.stderr
+    snap = json.loads(peek.stdout)
+    assert snap["supervisor"]["running"] is False
+    assert snap["last_round"]["round"] == 2
+    assert snap["last_round"]["exit_cause"] == "clean"
+    assert snap["rounds_run"] == 2
+    assert snap["sandbox"]["tier"] in ("full", "landlock", "seccomp", "none")
+    assert [e["event"] for e in snap["events"]] == ["round_end", "max_rounds_reached", "serve_stop"]
+    assert project.events() == events_before
+    assert sorted(p.name for p in project.log_dir.iterdir()) == files
+
+
+def test_peek_select_prints_one_value(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+    assert project.cli("serve").returncode == 0
+    assert project.cli("peek", "--select", "last_round.exit_cause").stdout.strip() == "clean"
+    assert project.cli("peek", "--select", "last_round.round", "--json").stdout.strip() == "1"
+    missing = project.cli("peek", "--select", "last_round.nope")
+    assert missing.returncode == 2
+    assert "no 'nope' here" in missing.stderr
+
+
+def test_peek_on_a_project_that_never_ran(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    snap = json.loads(project.cli("peek", "--json").stdout)
+    assert snap["supervisor"] == {**snap["supervisor"], "running": False, "phase": "stopped"}
+    assert snap["last_round"] is None
+    assert snap["events"] == []
+
+
+def test_events_filters_by_kind_and_round(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 3})
+    assert project.cli("serve").returncode == 0
+    out = project.cli("events", "--kind", "agent_exit", "--round", "2", "--json").stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(e["event"], e["round"]) for e in lines] == [("agent_exit", 2)]
+    recent = project.cli("events", "--since", "10m").stdout
+    assert recent.count(" round_start ") == 3
+    assert project.cli("events", "--since", "2999-01-01T00:00:00Z").stdout == ""
+    bad = project.cli("events", "--since", "yesterday")
+    assert bad.returncode == 2
+    assert "use 10m, 2h, 1d or an ISO time" in bad.stderr
+
+
+def test_events_tolerates_a_corrupted_log(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+    assert project.cli("serve").returncode == 0
+    log = next(project.log_dir.glob("events-*.jsonl"))
+    with open(log, "ab") as handle:
+        handle.write(b'\x00\xff garbage\n{"event": "round_st')
+    done = project.cli("events", "--json")
+    assert done.returncode == 0
+    assert len(done.stdout.splitlines()) == len(project.events())
+    assert project.cli("peek", "--json").returncode == 0
+
+
+def test_doctor_passes_on_a_healthy_project_and_self_test_blocks_everything(
+    project: Project,
+) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    done = project.cli("doctor", "--json")
+    assert done.returncode == 0, done.stdout
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert checks["config"]["level"] == "ok"
+    assert checks["work tree"]["level"] == "ok"
+    if os.environ.get("AGENT_RUNNER_REQUIRE_CONFINEMENT") == "1":
+        assert checks["sandbox"]["level"] == "ok"
+        assert "tier full" in checks["sandbox"]["detail"]
+        assert checks["sandbox self-test"]["level"] == "ok"
+        assert "NOT blocked" not in checks["sandbox self-test"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("breakage", "name"),
+    [("missing_agent", "agent command"), ("missing_prompt", "prompt files")],
+)
+def test_doctor_fails_with_a_fix(project: Project, breakage: str, name: str) -> None:
+    if breakage == "missing_agent":
+        project.write_config(["no-such-agent-binary-xyz"])
+    else:
+        project.write_config(agent("exits_with.py", "0"))
+        (project.work_dir / "prompts" / "main.md").unlink()
+    done = project.cli("doctor")
+    assert done.returncode == 1
+    line = next(line for line in done.stdout.splitlines() if f"  {name}:" in line)
+    assert line.startswith("FAIL")
+    assert "fix:" in done.stdout
+
+
+def test_doctor_flags_a_log_dir_inside_the_tree_that_git_does_not_ignore(project: Project) -> None:
+    project.write_config(
+        agent("exits_with.py", "0"), runtime={"log_dir": str(project.work_dir / "logs")}
+    )
+    done = project.cli("doctor")
+    assert done.returncode == 1
+    assert "inside the work tree and not ignored by git" in done.stdout
+
+
+def test_sandbox_require_boots_only_at_the_full_tier(project: Project) -> None:
+    project.write_config(
+        agent("exits_with.py", "0"), plugins={"sandbox": "require"}, runtime={"max_rounds": 1}
+    )
+    done = project.cli("serve")
+    degraded = project.events("plugin_sandbox_degraded")
+    if done.returncode == 78:
+        assert os.environ.get("AGENT_RUNNER_REQUIRE_CONFINEMENT") != "1", done.stderr
+        assert degraded[0]["requested"] == "require"
+        assert project.events("round_start") == []
+    else:
+        assert done.returncode == 0, done.stderr
+        assert degraded == []
+        assert project.events("round_start")
