@@ -23,7 +23,7 @@ from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
 from agent_runner.supervisor.state import read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
-from agent_runner.systemd import Notifier
+from agent_runner.sdnotify import Notifier
 
 
 def run_serve(

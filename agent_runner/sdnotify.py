@@ -1,4 +1,4 @@
-"""systemd integration: the sd_notify protocol, spoken directly over a datagram socket."""
+"""The sd_notify protocol (READY, STATUS, WATCHDOG, STOPPING), spoken directly over a datagram."""
 
 from __future__ import annotations
 
