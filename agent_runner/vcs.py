@@ -223,7 +223,8 @@ def _subcommand(args: Sequence[str]) -> str:
 
 
 def _failure(args: Sequence[str], result: GitResult) -> str:
-    lines = [ln.strip() for ln in os.fsdecode(result.stderr).splitlines() if ln.strip()]
+    stderr = os.fsdecode(result.stderr).splitlines()
+    lines = [ln.strip() for ln in stderr if ln.strip() and not ln.startswith("hint:")]
     fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
     detail = (fatal or lines or ["no message"])[-1]
     text = f"git {_subcommand(args)} failed (exit {result.returncode}): {detail}"
@@ -329,10 +330,10 @@ def _pathspec_input(pathspecs: Sequence[str]) -> bytes:
 _PATHSPEC_STDIN = ("--pathspec-from-file=-", "--pathspec-file-nul")
 
 
-def snapshot_tree(repo: Repo, pathspecs: Sequence[str], scratch: Path) -> str:
+def snapshot_tree(repo: Repo, pathspecs: Sequence[str]) -> str:
     """Tree id of the work tree as `git add -A` would stage it, built in a throwaway index."""
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+    # The throwaway index lives in the git dir: anywhere in the work tree it would snapshot itself.
+    with tempfile.TemporaryDirectory(dir=repo.git_dir, prefix="agent-runner-snapshot-") as tmp:
         index = Path(tmp) / "index"
         real_index = repo.git_dir / "index"
         if real_index.exists():
@@ -346,7 +347,7 @@ def snapshot_tree(repo: Repo, pathspecs: Sequence[str], scratch: Path) -> str:
 def stash_push(repo: Repo, message: str, pathspecs: Sequence[str]) -> str | None:
     """Stash matching changes, untracked files included; the new stash's SHA, or None if none."""
     before = resolve(repo.top, "refs/stash")
-    repo.git(
+    out = repo.git(
         "stash",
         "push",
         "--include-untracked",
@@ -356,7 +357,10 @@ def stash_push(repo: Repo, message: str, pathspecs: Sequence[str]) -> str | None
         input=_pathspec_input(pathspecs),
     )
     after = resolve(repo.top, "refs/stash")
-    return after if after != before else None
+    # Identical work, message and second make an identical stash commit: the SHA alone
+    # cannot tell "saved again" from "nothing to save", git's own report can (LC_ALL=C).
+    saved = after != before or out.startswith(b"Saved working directory")
+    return after if saved else None
 
 
 def commit(repo: Repo, message: str, pathspecs: Sequence[str]) -> str:

@@ -21,7 +21,6 @@ from agent_runner.plugins.builtin import dirty as builtin_dirty
 EVENT_FILES_MAX = 20
 MESSAGE_MAX_CHARS = 200
 LAST_STASH_FILE = "dirty-last-stash.json"
-SCRATCH_DIR = "dirty-scratch"
 
 Emit = Callable[..., None]
 Decide = Callable[["DirtyView"], DirtyIntent]
@@ -60,6 +59,7 @@ class _Tree:
     repo: vcs.Repo
     protected: tuple[str, ...]
     files: tuple[str, ...]
+    excluded: tuple[str, ...]  # the protected paths git would otherwise take: dirty ones only
 
     @property
     def head(self) -> str | None:
@@ -86,7 +86,7 @@ def secure_tree(
     `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
     """
     try:
-        # The state dir holds the idempotency record and scratch index: never the agent's work.
+        # The state dir holds the idempotency record: never the agent's work.
         tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
@@ -125,15 +125,18 @@ def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit
     _clear_stale_index_lock(repo, round_no, emit)
     rel = _relative_to_top(work_dir, repo.top, protected)
     files = []
+    excluded: set[str] = set()
     for entry in vcs.status(repo):
         if _is_protected(entry.path, rel):
             # The supervisor's own config and logs are the operator's, not the agent's work.
             # An untracked config is the usual setup, not news: only a changed tracked one is.
             if entry.xy != "??":
                 emit("dirty_protected_file", round=round_no, path=display_path(entry.path))
+            excluded.update(p for p in rel if _is_protected(entry.path, (p,)))
         else:
             files.append(entry.path)
-    return _Tree(repo, rel, tuple(sorted(files)))
+    # Excluding an ignored path by name makes `git add` fail; ignored paths need no exclusion.
+    return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)))
 
 
 def _clear_stale_index_lock(repo: vcs.Repo, round_no: int, emit: Emit) -> None:
@@ -251,8 +254,8 @@ class _Job:
             raise GitError(
                 "the repository has no commits yet, so git cannot stash; work left on disk"
             )
-        pathspecs = vcs.all_but(tree.protected)
-        snapshot = vcs.snapshot_tree(tree.repo, pathspecs, self.state_dir / SCRATCH_DIR)
+        pathspecs = vcs.all_but(tree.excluded)
+        snapshot = vcs.snapshot_tree(tree.repo, pathspecs)
         previous = self.recent_identical_stash(snapshot)
         if previous is not None:
             self.emit("orphan_idempotent_skip", round=self.round_no, ref=previous)
@@ -283,8 +286,8 @@ class _Job:
     def commit(self, intent: DirtyIntent) -> TreeReport:
         tree = self.tree
         paths = intent.paths or tree.files
-        pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.protected)
-        snapshot = vcs.snapshot_tree(tree.repo, pathspecs, self.state_dir / SCRATCH_DIR)
+        pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.excluded)
+        snapshot = vcs.snapshot_tree(tree.repo, pathspecs)
         sha = vcs.commit(tree.repo, intent.message, pathspecs)
         parent = vcs.resolve(tree.repo.top, f"{sha}^") if tree.head is not None else None
         if parent != tree.head:

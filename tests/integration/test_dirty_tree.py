@@ -600,3 +600,26 @@ def test_a_state_dir_inside_the_work_tree_is_never_stashed(tmp_path: Path) -> No
     leave_work(repo)
     assert secure(repo, events, state_dir=state, now=NOW + 1).action == "skipped_idempotent"
     assert "state" not in git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3")
+
+
+@pytest.mark.parametrize(("action", "cause"), [("stash", "error"), ("commit", "clean")])
+def test_an_ignored_config_and_log_dir_do_not_break_stash_or_commit(
+    tmp_path: Path, action: str, cause: str
+) -> None:
+    repo = make_repo(tmp_path)
+    (repo / ".gitignore").write_text("agent-runner.toml\nlogs/*.jsonl\n")
+    git(repo, "commit", "-q", "-am", "ignore the config")
+    (repo / "agent-runner.toml").write_text("schema_version = 1\n")
+    (repo / "logs").mkdir()
+    (repo / "logs" / "events.jsonl").write_text("{}\n")
+    (repo / "logs" / "notes.txt").write_text("not ignored, still protected\n")
+    leave_work(repo)
+    events = RecordedEvents()
+    report = secure(
+        repo, events, exit_cause=cause, dirty_action=action, protected=("agent-runner.toml", "logs")
+    )
+    assert events.of("dirty_action_failed") == []
+    assert report.action == action
+    assert porcelain(repo) == "?? logs/notes.txt\n"
+    assert (repo / "agent-runner.toml").exists()
+    assert (repo / "logs" / "events.jsonl").exists()

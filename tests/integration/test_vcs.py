@@ -156,14 +156,12 @@ def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Pa
     (repo / "tracked.txt").write_text("v2\n")
     (repo / "new.txt").write_text("n\n")
     (repo / "agent-runner.toml").write_text("x\n")
-    tree = vcs.snapshot_tree(
-        vcs.open_repo(repo), vcs.all_but(["agent-runner.toml"]), tmp_path / "scratch"
-    )
+    tree = vcs.snapshot_tree(vcs.open_repo(repo), vcs.all_but(["agent-runner.toml"]))
     assert set(vcs.tree_entries(vcs.open_repo(repo), tree)) == {"tracked.txt", "new.txt"}
     assert (
         git(repo, "status", "--porcelain") == " M tracked.txt\n?? agent-runner.toml\n?? new.txt\n"
     )
-    assert list((tmp_path / "scratch").iterdir()) == []
+    assert not list((repo / ".git").glob("agent-runner-snapshot-*"))
 
 
 def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) -> None:
@@ -171,6 +169,21 @@ def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) ->
     (repo / "new.txt").write_text("n\n")
     sha = vcs.stash_push(vcs.open_repo(repo), "something", ["."])
     assert sha == git(repo, "rev-parse", "refs/stash").strip()
+    assert not (repo / "new.txt").exists()
+
+
+def test_stash_push_of_the_same_work_in_the_same_second_still_reports_the_sha(
+    repo: Path,
+) -> None:
+    shas = []
+    for _ in range(2):
+        (repo / "new.txt").write_text("n\n")
+        shas.append(vcs.stash_push(vcs.open_repo(repo), "same", ["."]))
+    # Usually one commit (same tree, parents, message and second): both pushes must be seen,
+    # and the work is in a listed stash either way.
+    assert shas[0] is not None
+    assert shas[1] is not None
+    assert shas[1] in git(repo, "stash", "list", "--format=%H").split()
     assert not (repo / "new.txt").exists()
 
 
@@ -327,5 +340,5 @@ def test_poisoned_queries_run_nothing(repo: Path, tmp_path: Path) -> None:
     vcs.status(vcs.open_repo(repo))
     vcs.head_sha(repo)
     vcs.operation_in_progress(vcs.open_repo(repo))
-    vcs.snapshot_tree(vcs.open_repo(repo), ["."], tmp_path / "scratch")
+    vcs.snapshot_tree(vcs.open_repo(repo), ["."])
     assert list(markers.iterdir()) == []
