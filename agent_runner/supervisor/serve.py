@@ -15,6 +15,7 @@ from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config
 from agent_runner.errors import ExitCode
 from agent_runner.events import EventLog
+from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
@@ -23,7 +24,8 @@ from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
 from agent_runner.supervisor.state import read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
-from agent_runner.sdnotify import Notifier
+
+DRAIN_EXTEND_USEC = 5_000_000
 
 
 def run_serve(
@@ -249,6 +251,9 @@ class Serve:
     def _round_tick(self) -> None:
         """Called about once a second while the agent runs: watchdog and STATUS upkeep."""
         self._watchdog()
+        if self.stop.mode == "finish_round":
+            # Draining a round can outlast TimeoutStopSec: keep asking systemd for more time.
+            self.notifier.send(EXTEND_TIMEOUT_USEC=DRAIN_EXTEND_USEC)
         if self.notifier.enabled:
             started = self._state.get("round") or {}
             minutes = int((self.clock.now() - started.get("started_at", self.clock.now())) // 60)

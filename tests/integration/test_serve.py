@@ -283,6 +283,28 @@ def test_sd_notify_messages_arrive_in_order(project: Project, tmp_path: Path) ->
     assert messages[-1].startswith("STOPPING=1")
 
 
+def test_sd_notify_extends_the_stop_timeout_while_a_round_drains(
+    project: Project, tmp_path: Path
+) -> None:
+    address = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(address)
+        project.write_config(agent("exits_with.py", "0", "2.5"))
+        serve = project.start(env={"NOTIFY_SOCKET": address})
+        project.wait_for("agent_spawn")
+        assert project.cli("stop", "--after-round", "--timeout", "10").returncode == 0
+        assert serve.wait(timeout=5) == 0
+        sock.settimeout(0.2)
+        messages = []
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                break
+    assert "EXTEND_TIMEOUT_USEC=5000000" in messages
+    assert messages[-1].startswith("STOPPING=1")
+
+
 def test_sd_notify_abstract_socket(project: Project) -> None:
     name = f"agent-runner-test-{os.getpid()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
