@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -115,7 +116,8 @@ def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None
     """The whole life of one call's child, in the required order; exits the process."""
     os.setsid()
     set_parent_death_signal(prebuilt.server_pid)
-    request_fd, result_fd, stderr_fd = fds
+    # Lift the received descriptors above the slots they are moved into, whatever their numbers.
+    request_fd, result_fd, stderr_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in fds)
     for source, target in ((request_fd, 0), (stderr_fd, 1), (stderr_fd, 2), (result_fd, 3)):
         os.dup2(source, target)
     applied = {"fs": False, "net": False, "scope": False, "seccomp": False}
@@ -230,22 +232,19 @@ def _set_limits(timeout_s: float, is_root: bool) -> None:
 
 
 def _drop_privileges() -> None:
-    last_cap = int(_read_small("/proc/sys/kernel/cap_last_cap") or "40")
-    for cap in range(last_cap + 1):
-        _prctl(PR_CAPBSET_DROP, cap)
+    for cap in range(64):
+        try:
+            _prctl(PR_CAPBSET_DROP, cap)
+        except OSError as exc:
+            # EINVAL past the kernel's last capability: every one it has is dropped.
+            if exc.errno == errno.EINVAL and cap > 0:
+                break
+            raise
     os.setgroups([])
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
     if os.getresuid() != (NOBODY, NOBODY, NOBODY) or os.geteuid() == 0:
         raise ConfinementError("could not switch to the unprivileged uid")
-
-
-def _read_small(path: str) -> str:
-    try:
-        with open(path, encoding="ascii") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def _load_seccomp(bpf: bytes, applied: dict[str, bool]) -> None:

@@ -123,3 +123,18 @@ def test_calls_before_start_are_a_programming_error() -> None:
     sandbox = Sandbox("prefer", emit=RecordedEvents())
     with pytest.raises(RuntimeError, match="start"):
         run_hook(sandbox, NOOP)
+
+
+def test_off_child_still_drops_every_capability(unconfined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        fields = [line.split() for line in open("/proc/self/status")]
+        wanted = {f[0].rstrip(":"): f[1] for f in fields if f and f[0][:3] in ("Cap", "NoN")}
+        return SpawnDecision.skip(json.dumps(wanted))
+    """
+    result = run_hook(unconfined, body)
+    assert result.status == "ok", result
+    status = __import__("json").loads(result.value["reason"])
+    assert status["NoNewPrivs"] == "1"
+    for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[name], 16) == 0, (name, status)
