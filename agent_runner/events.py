@@ -93,7 +93,7 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("plugin_quarantined", "name reason", "a plugin failed too often; no more calls"),
     ("plugin_spawn_decision", "hook action defer_s reason", "a spawn hook's decision"),
     ("plugin_spawn_override_ignored", "hook action", "a defer/skip from a plugin not allowed to"),
-    ("sandbox_server_restarted", "reason restarts", "the plugin fork server died and was restarted"),
+    ("sandbox_server_restarted", "reason restarts", "the plugin fork server died; restarted"),
 )
 
 _SECRET_PATTERNS = (
@@ -228,9 +228,7 @@ def _check_kind_processor(log: EventLog) -> Callable[[Any, str, EventDict], Even
     return check
 
 
-def check_event(
-    event: EventDict, plugin_kinds: set[str] | frozenset[str] = frozenset()
-) -> None:
+def check_event(event: EventDict, plugin_kinds: set[str] | frozenset[str] = frozenset()) -> None:
     """Raise ValueError unless `event` is a registered kind carrying exactly its fields."""
     name = event.get("event")
     if name in plugin_kinds:

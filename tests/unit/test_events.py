@@ -221,4 +221,3 @@ def test_every_spec_kind_is_registered() -> None:
 
 def test_events_doc_is_generated_from_the_registry() -> None:
     assert DOCS.read_text() == render_docs(), "run `make docs` to regenerate docs/events.md"
-
