@@ -204,6 +204,15 @@ def _expect_keys(value: Any, keys: set[str], what: str) -> None:
 def _expect_str(value: Any, what: str, limit: int) -> None:
     if not isinstance(value, str) or len(value) > limit:
         raise WireError(f"{what} must be a string of at most {limit} characters")
+    _expect_unicode(value, what)
+
+
+def _expect_unicode(value: str, what: str) -> None:
+    # JSON can carry lone surrogates ("\ud800") that no UTF-8 log line can hold.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WireError(f"{what} is not valid Unicode") from None
 
 
 def _expect_str_list(value: Any, what: str, limit: int) -> None:
@@ -224,7 +233,10 @@ def _expect_plain(value: Any, depth: int) -> None:
     """Plain JSON data with finite, 64-bit-bounded numbers and limited nesting."""
     if depth > MAX_DEPTH:
         raise WireError("nested too deeply")
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _expect_unicode(value, "string")
         return
     if isinstance(value, int | float):
         _expect_number(value, "number", -(2**63), 2**63 - 1)
@@ -235,6 +247,7 @@ def _expect_plain(value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise WireError("object keys must be strings")
+            _expect_unicode(key, "object key")
             _expect_plain(item, depth + 1)
     else:
         raise WireError(f"not plain JSON: {type(value).__name__}")

@@ -111,6 +111,20 @@ def test_out_of_range_or_mistyped_values_are_invalid(family: str, value: object)
         wire.parse_envelope(family, envelope(value))
 
 
+@pytest.mark.parametrize(
+    ("family", "raw"),
+    [
+        ("spawn", '{"action": "skip", "defer_s": 0, "reason": "\\ud800"}'),
+        ("observe", '{"events": [["k", {"\\udfff": 1}]], "transient": null}'),
+        ("observe", '{"events": [["k", {"v": ["\\ud800"]}]], "transient": null}'),
+    ],
+)
+def test_lone_surrogates_are_invalid(family: str, raw: str) -> None:
+    data = ('{"status": "ok", "value": ' + raw + ', "detail": ""}').encode()
+    with pytest.raises(wire.WireError, match="Unicode"):
+        wire.parse_envelope(family, data)
+
+
 def test_deeply_nested_event_fields_are_invalid() -> None:
     fields: dict[str, object] = {}
     cursor = fields
