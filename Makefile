@@ -9,7 +9,7 @@ ifneq ($(LANDLOCK_ABI),0)
 export AGENT_RUNNER_REQUIRE_CONFINEMENT ?= 1
 endif
 
-.PHONY: demo test lint typecheck unit docs clean bench
+.PHONY: demo test lint typecheck unit docs clean bench whitelist
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "agent-runner needs Python >= 3.11")'
@@ -48,3 +48,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+whitelist: $(STAMP)
+	$(BIN)/vulture agent_runner --min-confidence 60 --make-whitelist
