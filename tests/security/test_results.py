@@ -227,3 +227,52 @@ def test_describe_of_a_fake_manifest_is_invalid(confined: Sandbox) -> None:
     result = confined.call(CallRequest("describe", fake, "fake:PLUGIN", None, {}))
     assert result.status == "invalid_result", result
     assert "PluginManifest" in result.detail
+
+
+def test_multi_module_plugin_imports_from_its_verified_sources(confined: Sandbox) -> None:
+    sources = {
+        "multi/__init__.py": (
+            b"from agent_runner.plugins import PluginManifest\n"
+            b"from .hooks import decide\n"
+            b"PLUGIN = PluginManifest(name='multi', spawn_hooks=(decide,))\n"
+        ),
+        "multi/hooks.py": (
+            b"from agent_runner.plugins import SpawnDecision\n"
+            b"from multi.util import reason\n"
+            b"def decide(view):\n"
+            b"    return SpawnDecision.skip(reason())\n"
+        ),
+        "multi/util.py": b"def reason():\n    return 'from util'\n",
+    }
+    request = CallRequest("spawn", sources, "multi:PLUGIN", "decide", {"round": 1})
+    result = confined.call(request)
+    assert result.status == "ok", result
+    assert result.value["reason"] == "from util"
+
+
+def test_large_sources_and_views_are_delivered_whole(confined: Sandbox) -> None:
+    filler = b"# " + b"x" * 998 + b"\n"
+    body = b"""
+from agent_runner.plugins import PluginManifest, SpawnDecision
+def hook(view):
+    return SpawnDecision.skip(str(len(view.transcript_tail)))
+PLUGIN = PluginManifest(name="big", spawn_hooks=(hook,))
+"""
+    sources = {"big/__init__.py": filler * 2048 + body}
+    view = {"transcript_tail": "y" * 3_000_000}
+    result = confined.call(CallRequest("spawn", sources, "big:PLUGIN", "hook", view))
+    assert result.status == "ok", result
+    assert result.value["reason"] == "3000000"
+
+
+def test_a_missing_hook_name_is_raised(confined: Sandbox) -> None:
+    body = """
+    def hook(view):
+        return SpawnDecision.proceed()
+    """
+    from tests.security.conftest import plugin_sources
+
+    request = CallRequest("spawn", plugin_sources(body), "hostile:PLUGIN", "absent", {})
+    result = confined.call(request)
+    assert result.status == "raised", result
+    assert "no spawn hook named 'absent'" in result.detail
