@@ -377,3 +377,24 @@ def test_prompt_and_environment_reach_the_agent(
     assert env["AGENT_RUNNER_TRANSCRIPT"].endswith("rounds/round-000001.log")
     transcript = Path(env["AGENT_RUNNER_TRANSCRIPT"]).read_text()
     assert "echoed to stdout" in transcript and "echoed to stderr" in transcript
+
+
+@pytest.mark.parametrize("ending", ["exit", "sleep"])
+def test_escaped_descendants_are_reaped_after_every_round(
+    project: Project, tmp_path: Path, ending: str
+) -> None:
+    pids_file = tmp_path / "pids"
+    project.write_config(
+        agent("spawns_orphan.py", str(pids_file), ending),
+        runtime={"max_rounds": 1, "round_budget_s": 2},
+    )
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    grandchild, daemon = map(int, pids_file.read_text().split())
+    reaped = project.events("round_leftovers_reaped")
+    assert reaped, "the escaped processes must be named"
+    assert {grandchild, daemon} <= set(reaped[0]["pids"])
+    assert not pid_alive(grandchild)
+    assert not pid_alive(daemon)
+    cause = project.events("agent_exit")[0]["exit_cause"]
+    assert cause == ("clean" if ending == "exit" else "timeout")
