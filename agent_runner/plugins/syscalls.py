@@ -15,6 +15,10 @@ Action = Literal["allow", "eperm", "enosys", "kill"]
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 CLONE_THREAD = 0x00010000
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+CLONE_NAMESPACES = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+)
 # Stands for the child's own pid in argument checks; above pid_max, so never a real pid.
 SELF_PID = 0x3FFFFFF1
 
@@ -140,8 +144,8 @@ _CONDITIONAL = (
         "clone",
         56,
         "allow",
-        "threads only: without CLONE_THREAD it is a new process (EPERM)",
-        ArgCheck(0, CLONE_THREAD, CLONE_THREAD),
+        "threads only, in no new namespace: anything else is a new process (EPERM)",
+        ArgCheck(0, CLONE_THREAD, CLONE_THREAD | CLONE_NAMESPACES),
     ),
     Rule("kill", 62, "allow", "only at its own pid (EPERM elsewhere)", ArgCheck(0, SELF_PID)),
     Rule("tkill", 200, "allow", "only at its own main thread", ArgCheck(0, SELF_PID)),

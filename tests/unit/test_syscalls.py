@@ -9,6 +9,7 @@ import pytest
 from agent_runner.plugins import syscalls
 from agent_runner.plugins.syscalls import (
     AUDIT_ARCH_X86_64,
+    CLONE_NAMESPACES,
     CLONE_THREAD,
     SECCOMP_RET_ALLOW,
     SECCOMP_RET_ERRNO,
@@ -147,7 +148,7 @@ def test_clone3_is_enosys_so_libc_falls_back_to_clone() -> None:
 def test_clone_is_allowed_only_for_threads() -> None:
     rule = rule_for(POLICY, "clone")
     assert rule is not None
-    assert rule.when == syscalls.ArgCheck(0, CLONE_THREAD, CLONE_THREAD)
+    assert rule.when == syscalls.ArgCheck(0, CLONE_THREAD, CLONE_THREAD | CLONE_NAMESPACES)
 
 
 @pytest.mark.parametrize("name", ["kill", "tkill", "tgkill"])
@@ -253,6 +254,7 @@ ENOSYS_RET = SECCOMP_RET_ERRNO | 38
         (0xFFFF, (), ENOSYS_RET),
         (56, (CLONE_THREAD | 0x3D0F00,), SECCOMP_RET_ALLOW),  # pthread_create's clone
         (56, (0x01200011,), EPERM_RET),  # fork-style clone
+        (56, (CLONE_THREAD | 0x3D0F00 | 0x40000000,), EPERM_RET),  # a thread in a new netns
         (62, (1234, 10), SECCOMP_RET_ALLOW),  # kill(self)
         (62, (1, 9), EPERM_RET),  # kill(init)
         (62, (1234 | (1 << 32), 9), EPERM_RET),  # high bits set: not self
