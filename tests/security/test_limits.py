@@ -275,3 +275,19 @@ def test_fork_server_dying_mid_call_fails_only_that_call(
     assert "fork server died" in result.detail
     assert events.kinds().count("sandbox_server_restarted") == 1
     assert run_hook(sandbox, NOOP).status == "ok"
+
+
+@pytest.mark.timeout(30)
+def test_thread_bomb_is_bounded(confined: Sandbox) -> None:
+    body = """
+    import threading
+    def hook(view):
+        stop = threading.Event()
+        started = 0
+        while True:
+            threading.Thread(target=stop.wait, daemon=True).start()
+            started += 1
+    """
+    result = run_hook(confined, body, timeout_s=5.0)
+    assert result.status in ("raised", "oom"), result
+    assert "thread" in result.detail or result.status == "oom"
