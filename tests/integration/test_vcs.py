@@ -12,8 +12,17 @@ import pytest
 
 from agent_runner import vcs
 from agent_runner.errors import GitError
+from agent_runner.events import check_event
 from agent_runner.supervisor.dirty import secure_tree
 from tests.fakes import RecordedEvents
+
+
+class CheckedEvents(RecordedEvents):
+    """Records events, refusing any the real event log would refuse."""
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        check_event({"event": kind, **fields})
+        super().__call__(kind, **fields)
 
 
 @pytest.fixture(autouse=True)
@@ -308,7 +317,7 @@ def test_a_poisoned_config_runs_nothing_through_a_stash_and_commit_cycle(
     git(repo, "add", "racy.txt")
     git(repo, "commit", "-q", "-m", "racy")
     poison(repo, markers)
-    events = RecordedEvents()
+    events = CheckedEvents()
     common: dict[str, Any] = {
         "dirty_action": "commit",
         "idempotency_s": 60.0,
