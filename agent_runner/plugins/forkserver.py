@@ -117,7 +117,7 @@ def _prepare_landlock(prebuilt: confine.Prebuilt, roots: list[str]) -> None:
         from py_landlock import abi as ll_abi  # noqa: PLC0415
 
         abi = int(ll.get_abi_version())
-    except Exception as exc:
+    except Exception as exc:  # ImportError, or any py-landlock error: this host has no Landlock
         prebuilt.notes.append(f"landlock unavailable: {exc}")
         return
     prebuilt.landlock_abi = abi
