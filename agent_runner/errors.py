@@ -45,7 +45,13 @@ class GitError(AgentRunnerError):
 
 
 class EventLogError(AgentRunnerError):
-    """The event log cannot be written safely (symlink, read-only directory)."""
+    """The event log cannot be written safely (symlink, read-only directory).
+
+    It is a configuration problem (log_dir points somewhere unusable), so systemd must not
+    restart into it.
+    """
+
+    exit_code = ExitCode.CONFIG
 
 
 class UsageError(AgentRunnerError):

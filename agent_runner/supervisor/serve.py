@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent_runner import __version__, vcs
@@ -274,11 +275,35 @@ class Serve:
 
 
 def _loop_from_state(raw: Any) -> LoopState:
-    """The loop counters a previous serve left, so a back-off survives a restart."""
+    """The loop counters a previous serve left, so a back-off survives a restart.
+
+    state.json is ours, but a damaged one must cost the counters, never the supervisor.
+    """
     if not isinstance(raw, dict):
         return LoopState()
-    try:
-        state = LoopState(**raw)
-    except TypeError:
+    counters = {
+        k: raw.get(k, 0) for k in ("failures", "crash_streak", "stall_streak", "auth_streak")
+    }
+    streaks = raw.get("transient_streaks") or {}
+    until, klass, source = (
+        raw.get("backoff_until"),
+        raw.get("backoff_class"),
+        raw.get("backoff_source"),
+    )
+    valid = (
+        all(type(v) is int and v >= 0 for v in counters.values())
+        and isinstance(streaks, dict)
+        and all(isinstance(k, str) and type(v) is int for k, v in streaks.items())
+        and (until is None or (isinstance(until, int | float) and math.isfinite(until)))
+        and (klass is None or isinstance(klass, str))
+        and source in (None, "server", "estimated")
+    )
+    if not valid:
         return LoopState()
-    return replace(state, transient_streaks=dict(state.transient_streaks or {}))
+    return LoopState(
+        **counters,
+        transient_streaks=dict(streaks),
+        backoff_until=until,
+        backoff_class=klass,
+        backoff_source=source,
+    )

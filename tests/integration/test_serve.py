@@ -398,3 +398,26 @@ def test_escaped_descendants_are_reaped_after_every_round(
     assert not pid_alive(daemon)
     cause = project.events("agent_exit")[0]["exit_cause"]
     assert cause == ("clean" if ending == "exit" else "timeout")
+
+
+@pytest.mark.parametrize(
+    "damage", ["not json at all", '{"loop": {"backoff_until": "soon", "failures": -3}}', "[]"]
+)
+def test_a_damaged_state_file_costs_the_counters_not_the_supervisor(
+    project: Project, damage: str
+) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+    project.log_dir.mkdir()
+    (project.log_dir / "state.json").write_text(damage)
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    assert len(project.events("round_end")) == 1
+
+
+def test_unusable_log_dir_is_one_line_and_exit_78(project: Project) -> None:
+    project.log_dir.write_text("a file where the log_dir should be")
+    project.write_config(agent("exits_with.py", "0"))
+    done = project.cli("serve")
+    assert done.returncode == 78
+    assert done.stderr.count("\n") == 1
+    assert "cannot create log_dir" in done.stderr
