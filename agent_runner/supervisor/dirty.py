@@ -265,13 +265,19 @@ class _Job:
         sha = vcs.stash_push(tree.repo, intent.message, pathspecs)
         if sha is None:
             raise GitError("git stash saved nothing; work left on disk")
-        stashed = dict(vcs.tree_entries(tree.repo, f"{sha}^{{tree}}"))
-        if vcs.resolve(tree.repo.top, f"{sha}^3") is not None:  # the untracked-files parent
-            stashed.update(vcs.tree_entries(tree.repo, f"{sha}^3"))
-        self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
-        _save_last_stash(self.state_dir, {"tree": snapshot, "ref": sha, "at": self.now})
+        # The stash exists from here on: its SHA is reported even if a check below fails.
         self.emit("orphan_stashed", round=self.round_no, ref=sha)
-        return self.after("stash", sha, tree.files)
+
+        def check() -> None:
+            stashed = dict(vcs.tree_entries(tree.repo, f"{sha}^{{tree}}"))
+            if vcs.resolve(tree.repo.top, f"{sha}^3") is not None:  # the untracked-files parent
+                stashed.update(vcs.tree_entries(tree.repo, f"{sha}^3"))
+            self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
+
+        report = self.verified("stash", sha, tree.files, check)
+        if report.action == "stash":
+            _save_last_stash(self.state_dir, {"tree": snapshot, "ref": sha, "at": self.now})
+        return report
 
     def recent_identical_stash(self, snapshot: str) -> str | None:
         last = _load_last_stash(self.state_dir)
@@ -289,31 +295,42 @@ class _Job:
         pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.excluded)
         snapshot = vcs.snapshot_tree(tree.repo, pathspecs)
         sha = vcs.commit(tree.repo, intent.message, pathspecs)
-        parent = vcs.resolve(tree.repo.top, f"{sha}^") if tree.head is not None else None
-        if parent != tree.head:
-            raise GitError(f"commit {sha} does not follow {tree.head}; left for the operator")
-        self.verify_holds(snapshot, vcs.tree_entries(tree.repo, sha), paths, f"commit {sha}")
         files = [display_path(p) for p in paths[:EVENT_FILES_MAX]]
         self.emit("dirty_auto_committed", round=self.round_no, ref=sha, files=files)
-        return self.after("commit", sha, paths)
+
+        def check() -> None:
+            parent = vcs.resolve(tree.repo.top, f"{sha}^") if tree.head is not None else None
+            if parent != tree.head:
+                raise GitError(f"commit {sha} does not follow {tree.head}; left for the operator")
+            self.verify_holds(snapshot, vcs.tree_entries(tree.repo, sha), paths, f"commit {sha}")
+
+        return self.verified("commit", sha, paths, check)
 
     def verify_holds(
         self, snapshot: str, actual: Mapping[str, vcs.TreeEntry], paths: Sequence[str], what: str
     ) -> None:
         expected = vcs.tree_entries(self.tree.repo, snapshot)
         for path in paths:
-            if expected.get(path) != actual.get(path):
+            key = path.rstrip("/")  # status names an embedded repository as a folder
+            if expected.get(key) != actual.get(key):
                 raise GitError(f"{what} does not hold {display_path(path)} as it was on disk")
 
-    def after(self, action: str, sha: str, secured: Sequence[str]) -> TreeReport:
+    def verified(
+        self, action: str, sha: str, secured: Sequence[str], check: Callable[[], None]
+    ) -> TreeReport:
+        """Run `check` on what `action` made, then make sure `secured` left the tree."""
         tree = self.tree
-        left = [e.path for e in vcs.status(tree.repo) if not _is_protected(e.path, tree.protected)]
+        try:
+            check()
+            left = [e.path for e in vcs.status(tree.repo)]
+            left = [p for p in left if not _is_protected(p, tree.protected)]
+            still = sorted(set(left) & set(secured))
+            if still:
+                raise GitError(f"{action} {sha} made but {display_path(still[0])} is still dirty")
+        except GitError as exc:
+            self.emit("dirty_action_failed", round=self.round_no, action=action, reason=str(exc))
+            return TreeReport(self.head_before, _head_or(tree), True, True, "failed", sha)
         head = vcs.head_sha(tree.repo.top)
-        still = sorted(set(left) & set(secured))
-        if still:
-            reason = f"{action} {sha} made but {display_path(still[0])} is still dirty"
-            self.emit("dirty_action_failed", round=self.round_no, action=action, reason=reason)
-            return TreeReport(self.head_before, head, True, True, "failed", sha)
         return TreeReport(self.head_before, head, True, bool(left), action, sha)
 
 

@@ -632,3 +632,26 @@ def test_an_ignored_config_and_log_dir_do_not_break_stash_or_commit(
     assert porcelain(repo) == "?? logs/notes.txt\n"
     assert (repo / "agent-runner.toml").exists()
     assert (repo / "logs" / "events.jsonl").exists()
+
+
+def test_an_embedded_repository_is_never_deleted(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    nested = repo / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "src.c").write_text("int x;")
+    git(nested, "add", "src.c")
+    git(nested, "commit", "-q", "-m", "nested")
+    (nested / "uncommitted.c").write_text("int y;")
+    (repo / "tracked.txt").write_text("v2\n")
+    events = CheckedEvents()
+    report = secure(repo, events)
+
+    # git stash cannot hold another repository's files: they stay, and the event says so.
+    assert report.action == "failed"
+    assert events.kinds() == ["dirty_detected", "orphan_stashed", "dirty_action_failed"]
+    assert report.ref == events.of("orphan_stashed")[0]["ref"]
+    assert "vendor/lib/" in events.of("dirty_action_failed")[0]["reason"]
+    assert (nested / "uncommitted.c").read_text() == "int y;"
+    assert (nested / ".git").is_dir()
+    assert git(repo, "show", f"{report.ref}:tracked.txt") == "v2\n"
