@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -15,7 +16,7 @@ from agent_runner import __version__, vcs
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config
 from agent_runner.errors import ExitCode
-from agent_runner.events import EventLog
+from agent_runner.events import EventLog, format_event
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
@@ -50,7 +51,8 @@ def run_serve(
 
 
 def _console(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """serve's console (the journal under systemd): one readable line per event."""
+    print(format_event(json.loads(line)), file=sys.stderr, flush=True)
 
 
 @dataclass
