@@ -1,0 +1,77 @@
+"""Stop requests from real signals and the stop file, and how they combine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_runner.supervisor.stopping import StopControl
+from tests.fakes import RecordedEvents
+
+
+@pytest.fixture
+def control(tmp_path: Path) -> Iterator[tuple[StopControl, RecordedEvents]]:
+    events = RecordedEvents()
+    stop = StopControl("terminate", tmp_path / "STOP", events)
+    stop.install()
+    yield stop, events
+    stop.uninstall()
+
+
+def test_sigterm_requests_the_configured_mode(control: tuple[StopControl, RecordedEvents]) -> None:
+    stop, events = control
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert (stop.mode, stop.source) == ("terminate", "SIGTERM")
+    stop.announce()
+    stop.announce()
+    assert events.of("stop_requested") == [
+        {"event": "stop_requested", "source": "SIGTERM", "mode": "terminate"}
+    ]
+
+
+def test_after_round_then_sigint_upgrades_to_terminate(
+    control: tuple[StopControl, RecordedEvents],
+) -> None:
+    stop, events = control
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert stop.mode == "finish_round"
+    stop.announce()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert (stop.mode, stop.source) == ("terminate", "SIGINT")
+    stop.announce()
+    assert [e["mode"] for e in events.of("stop_requested")] == ["finish_round", "terminate"]
+
+
+def test_sleep_ends_at_once_on_a_signal(control: tuple[StopControl, RecordedEvents]) -> None:
+    stop, _ = control
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    previous = signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        started = time.monotonic()
+        assert stop.sleep(30, time.monotonic) is False
+        assert time.monotonic() - started < 1
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_sleep_notices_the_stop_file(
+    control: tuple[StopControl, RecordedEvents], tmp_path: Path
+) -> None:
+    stop, events = control
+    (tmp_path / "STOP").write_text("")
+    assert stop.sleep(30, time.monotonic) is False
+    assert stop.source == "stop_file"
+    assert events.of("stop_file_detected") == [
+        {"event": "stop_file_detected", "path": str(tmp_path / "STOP")}
+    ]
+
+
+def test_sleep_runs_its_course_without_a_stop(control: tuple[StopControl, RecordedEvents]) -> None:
+    stop, _ = control
+    assert stop.sleep(0.05, time.monotonic) is True
+    assert not stop.requested
