@@ -119,7 +119,10 @@ def render_peek(snap: dict[str, Any]) -> str:
     )
     lines.append(f"breakers    {breakers}")
     sandbox = snap["sandbox"]
-    lines.append(f"sandbox     {sandbox['tier'] if sandbox else 'not probed yet'}")
+    if sandbox:
+        lines.append(f"sandbox     tier {sandbox['tier']} (Landlock ABI {sandbox['landlock_abi']})")
+    else:
+        lines.append("sandbox     not probed yet")
     lines.extend(format_event(event) for event in snap["events"])
     return "\n".join(lines)
 
