@@ -243,12 +243,17 @@ def poison(repo: Path, markers: Path) -> list[str]:
         names.append(name)
         return str(path)
 
+    # Tracked, so that a stash cannot carry the attributes away with the work.
+    (repo / ".gitattributes").write_text(
+        "* filter=evil diff=evil merge=evil\n*.txt filter=a=b\n*.bin filter=proc\n"
+    )
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
     for hook in HOOKS:
         for where in (hooks_dir, repo / ".git" / "hooks"):
             target = where / hook
             target.write_text(f'#!/bin/sh\ntouch "{markers}/hook-{hook}"\n')
             target.chmod(0o755)
-    (repo / ".gitattributes").write_text("* filter=evil diff=evil merge=evil\n*.txt filter=a=b\n")
     config = f"""
 [core]
     fsmonitor = {script("fsmonitor")}
@@ -276,6 +281,9 @@ def poison(repo: Path, markers: Path) -> list[str]:
 [filter "evil"]
     clean = {script("filter-clean")}
     smudge = {script("filter-smudge")}
+    required = true
+[filter "proc"]
+    process = {script("filter-process")}
     required = true
 [filter "a=b"]
     clean = {script("filter-equals-clean")}
