@@ -45,6 +45,7 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("config_broken", "reason", "the config could not be loaded at boot"),
     ("round_start", "round", "a round begins (gates passed)"),
     ("agent_spawn", "round pid pgid argv transcript", "the agent process was started"),
+    ("agent_spawn_failed", "round reason", "the agent could not be started (counts as a failure)"),
     ("agent_exit", "round exit_code signal exit_cause duration_s", "the agent exited"),
     ("round_timeout_kill", "round budget_s", "the round hit its budget; the group is killed"),
     ("round_leftovers_reaped", "round pids", "descendants left after the round were killed"),

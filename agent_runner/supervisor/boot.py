@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 from agent_runner.config import Config, read_prompt
@@ -19,6 +21,10 @@ def check_boot(config: Config) -> None:
         raise ConfigError(
             f"{where}: runtime.work_dir: {config.runtime.work_dir} is not a directory"
         )
+    program = config.agent.command[0]
+    search_path = config.agent.env.get("PATH", os.environ.get("PATH"))
+    if shutil.which(program, path=search_path) is None:
+        raise ConfigError(f"{where}: agent.command: {program!r} is not an executable on PATH")
     if config.agent.parser not in PARSER_NAMES:
         raise ConfigError(
             f"{where}: agent.parser: unknown parser {config.agent.parser!r}; "

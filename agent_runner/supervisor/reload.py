@@ -20,19 +20,17 @@ class ConfigWatcher:
         self.running = config
         self.seen = config
         self.emit = emit
-        self.last_error: str | None = None
+        # The last error reported per source, so each distinct one is reported once.
+        self.reported: dict[str, str | None] = {"config": None, "prompt": None}
 
     def refresh(self) -> Config:
         """The config for the next round."""
         try:
             fresh = load_config(self.running.path)
         except ConfigError as exc:
-            reason = str(exc)
-            if reason != self.last_error:
-                self.last_error = reason
-                self.emit("config_reload_failed", reason=reason)
+            self.report_failure("config", str(exc))
             return self.running
-        self.last_error = None
+        self.reported["config"] = None
         changed = changed_keys(self.seen, fresh)
         self.seen = fresh
         if not changed:
@@ -50,6 +48,16 @@ class ConfigWatcher:
         if deferred:
             self.emit("config_reload_deferred", changed=deferred)
         return self.running
+
+    def report_failure(self, source: str, reason: str) -> None:
+        """`config_reload_failed` once per distinct error of `source`, not once per round."""
+        if reason != self.reported[source]:
+            self.reported[source] = reason
+            self.emit("config_reload_failed", reason=reason)
+
+    def clear_failure(self, source: str) -> None:
+        """`source` is readable again, so its next error is news."""
+        self.reported[source] = None
 
 
 def changed_keys(old: Config, new: Config) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from agent_runner import vcs
 from agent_runner.clock import Clock
-from agent_runner.config import Config, read_prompt
+from agent_runner.config import Config
 from agent_runner.errors import GitError
 from agent_runner.events import Emit
 from agent_runner.parsers import Findings, parse_transcript, report_findings
@@ -17,6 +17,7 @@ from agent_runner.supervisor.dirty import TreeReport, secure_tree
 from agent_runner.supervisor.process import (
     AgentExit,
     AgentProcess,
+    SpawnError,
     agent_environment,
     deliver_prompt,
     reap_leftovers,
@@ -61,23 +62,29 @@ class RoundRunner:
     tick: Callable[[], None] = lambda: None
     keep_pids: Callable[[], Collection[int]] = tuple
 
-    def run(self, number: int, head_before: str | None) -> RoundResult:
+    def run(self, number: int, prompt: bytes, head_before: str | None) -> RoundResult:
         """Run round `number`; `head_before` is HEAD as the previous round left it."""
         config, emit = self.config, self.emit
         runtime = config.runtime
         emit("round_start", round=number)
         transcript = transcript_path(runtime.log_dir, number)
         transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        prompt = read_prompt(config).decode("utf-8", "replace")
         argv, stdin_data = deliver_prompt(
-            config.agent.command, prompt, config.agent.prompt_delivery
+            config.agent.command, prompt.decode("utf-8", "replace"), config.agent.prompt_delivery
         )
         env = agent_environment(
             config.agent.env, round_no=number, log_dir=runtime.log_dir, transcript=transcript
         )
-        agent = AgentProcess.spawn(
-            argv, cwd=runtime.work_dir, env=env, stdin_data=stdin_data, transcript=transcript
-        )
+        try:
+            agent = AgentProcess.spawn(
+                argv, cwd=runtime.work_dir, env=env, stdin_data=stdin_data, transcript=transcript
+            )
+        except SpawnError as exc:
+            # A vanished binary is a failed round: the crash-loop breaker ends it, not a traceback.
+            emit("agent_spawn_failed", round=number, reason=str(exc))
+            failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
+            emit("round_end", round=number, exit_cause="error", duration_s=0.0)
+            return RoundResult(number, failed, Findings(), None)
         self.on_spawn(number, agent)
         emit(
             "agent_spawn",

@@ -14,8 +14,8 @@ from typing import Any
 
 from agent_runner import __version__, vcs
 from agent_runner.clock import SYSTEM_CLOCK, Clock
-from agent_runner.config import Config
-from agent_runner.errors import ExitCode
+from agent_runner.config import Config, read_prompt
+from agent_runner.errors import ConfigError, ExitCode
 from agent_runner.events import EventLog, format_event
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
@@ -28,6 +28,7 @@ from agent_runner.supervisor.state import read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
 
 DRAIN_EXTEND_USEC = 5_000_000
+PROMPT_RETRY_S = 2.0
 
 
 def run_serve(
@@ -109,7 +110,10 @@ class Serve:
             reason = self._gates()
             if reason is not None:
                 return self._finish(reason, ExitCode.OK)
-            result = self._round()
+            prompt = self._prompt(watcher)
+            if prompt is None:
+                continue
+            result = self._round(prompt)
             decision = self._decide(result)
             if decision.action == "give_up":
                 return self._give_up(decision, result)
@@ -153,7 +157,20 @@ class Serve:
             return True
         return False
 
-    def _round(self) -> RoundResult:
+    def _prompt(self, watcher: ConfigWatcher) -> bytes | None:
+        """The round's prompt; None (after a wait) while a prompt file is missing or empty."""
+        try:
+            prompt = read_prompt(self.config)
+        except ConfigError as exc:
+            # An operator mid-edit: report it like a broken config and wait for the fix.
+            watcher.report_failure("prompt", str(exc))
+            self._save("waiting_for_prompt")
+            self._sleep(PROMPT_RETRY_S)
+            return None
+        watcher.clear_failure("prompt")
+        return prompt
+
+    def _round(self, prompt: bytes) -> RoundResult:
         self.last_round += 1
         self.rounds_run += 1
         self.notifier.status(f"round {self.last_round} running")
@@ -167,7 +184,7 @@ class Serve:
             tick=self._round_tick,
         )
         # HEAD as the last round left it: the only process between rounds is this one.
-        result = runner.run(self.last_round, self.head)
+        result = runner.run(self.last_round, prompt, self.head)
         if result.tree is not None:
             self.head = result.tree.head_after
         self.last_summary = result.summary()

@@ -421,3 +421,42 @@ def test_unusable_log_dir_is_one_line_and_exit_78(project: Project) -> None:
     assert done.returncode == 78
     assert done.stderr.count("\n") == 1
     assert "cannot create log_dir" in done.stderr
+
+
+def test_missing_agent_binary_at_boot_is_a_config_error(project: Project) -> None:
+    project.write_config(["no-such-agent-xyz", "-p"])
+    done = project.cli("serve")
+    assert done.returncode == 78
+    assert "agent.command: 'no-such-agent-xyz' is not an executable on PATH" in done.stderr
+
+
+def test_an_agent_binary_that_vanishes_mid_run_ends_in_a_crash_loop(
+    project: Project, tmp_path: Path
+) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text('#!/bin/sh\nrm -f "$0"\nexit 0\n')
+    script.chmod(0o755)
+    project.write_config([str(script)], breakers={"crash_loop_rounds": 2})
+    done = project.cli("serve")
+    assert done.returncode == 69, done.stderr
+    failed = project.events("agent_spawn_failed")
+    assert [e["round"] for e in failed] == [2, 3]
+    assert project.events("crash_loop")[0]["count"] == 2
+
+
+def test_a_deleted_prompt_file_pauses_serve_until_it_is_back(project: Project) -> None:
+    prompt = project.work_dir / "prompts" / "main.md"
+    project.write_config(
+        agent("exits_with.py", "0"), runtime={"max_rounds": 2, "restart_delay_s": 0.5}
+    )
+    serve = project.start()
+    project.wait_for("round_end")
+    prompt.unlink()
+    failed = project.wait_for("config_reload_failed")
+    assert "prompt.files[0]" in failed["reason"]
+    time.sleep(2.5)
+    assert len(project.events("config_reload_failed")) == 1, "reported once, not every retry"
+    assert serve.poll() is None, "serve keeps running"
+    prompt.write_text("back again\n")
+    assert serve.wait(timeout=10) == 0
+    assert len(project.events("round_end")) == 2
