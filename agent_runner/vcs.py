@@ -223,12 +223,15 @@ def _subcommand(args: Sequence[str]) -> str:
 
 
 def _failure(args: Sequence[str], result: GitResult) -> str:
+    text = f"git {_subcommand(args)} failed (exit {result.returncode}): {_detail(result)}"
+    return text[:_MAX_ERROR_CHARS]
+
+
+def _detail(result: GitResult) -> str:
     stderr = os.fsdecode(result.stderr).splitlines()
     lines = [ln.strip() for ln in stderr if ln.strip() and not ln.startswith("hint:")]
     fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    detail = (fatal or lines or ["no message"])[-1]
-    text = f"git {_subcommand(args)} failed (exit {result.returncode}): {detail}"
-    return text[:_MAX_ERROR_CHARS]
+    return (fatal or lines or ["no message"])[-1]
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,9 @@ def open_repo(work_dir: Path) -> Repo:
     lines = result.stdout.split(b"\n")
     # Exit 1 with both paths printed is an unborn HEAD; anything else is no work tree at all.
     if result.returncode not in (0, 1) or len(lines) < 3 or not lines[0]:
-        raise GitError(f"{work_dir} is not inside a git work tree")
+        # git's own words matter here: "dubious ownership" needs a different fix than no repo.
+        message = f"{work_dir} is not inside a git work tree: {_detail(result)}"
+        raise GitError(message[:_MAX_ERROR_CHARS])
     head = lines[2].decode("ascii") if result.returncode == 0 else None
     top = Path(os.fsdecode(lines[0]))
     return Repo(top, Path(os.fsdecode(lines[1])), head or None, overrides)
