@@ -64,7 +64,8 @@ def test_second_serve_in_another_process_fails_naming_the_holder(
     with pytest.raises(LockHeld) as caught:
         InstanceLock(tmp_path).acquire()
     assert str(caught.value) == f"another serve (pid {other_serve.pid}) holds {tmp_path}/serve.lock"
-    assert caught.value.exit_code == ExitCode.LOCKED == 73
+    assert caught.value.exit_code == ExitCode.LOCKED
+    assert int(caught.value.exit_code) == 73
 
 
 def test_read_holder_names_a_running_serve(
