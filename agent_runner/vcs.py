@@ -405,7 +405,7 @@ def tree_entries(repo: Repo, treeish: str) -> dict[str, TreeEntry]:
 def index_lock_holders(lock: Path) -> list[int]:
     """Pids of processes with `lock` open, as far as /proc lets this user see."""
     holders = []
-    target = str(lock)
+    target = os.path.realpath(lock)  # /proc shows the resolved path
     for pid_dir in Path("/proc").glob("[0-9]*"):
         try:
             fds = list((pid_dir / "fd").iterdir())

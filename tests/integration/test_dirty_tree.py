@@ -351,6 +351,17 @@ def test_index_lock_held_by_a_live_process_is_left_alone(tmp_path: Path) -> None
     assert events.of("git_index_lock_cleared") == []
 
 
+def test_index_lock_held_is_seen_through_a_symlinked_work_dir(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    link = tmp_path / "link"
+    link.symlink_to(repo)
+    with (repo / ".git" / "index.lock").open("wb"):
+        report = secure(link, CheckedEvents())
+    assert report.action == "failed"
+    assert (repo / ".git" / "index.lock").exists()
+
+
 def test_merge_in_progress_is_left_for_the_operator(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     git(repo, "checkout", "-q", "-b", "side")
