@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfinementUnavailable, GitError
 from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.supervisor.boot import find_agent_program
 from agent_runner.supervisor.instance import read_holder
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -61,7 +61,7 @@ def render_checks(checks: list[Check]) -> str:
 
 def _agent_command(config: Config) -> Iterator[Check]:
     program = config.agent.command[0]
-    found = shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
+    found = find_agent_program(config)
     if found:
         yield Check("agent command", "ok", f"{program} -> {found}")
     else:

@@ -21,9 +21,8 @@ def check_boot(config: Config) -> None:
         raise ConfigError(
             f"{where}: runtime.work_dir: {config.runtime.work_dir} is not a directory"
         )
-    program = config.agent.command[0]
-    search_path = config.agent.env.get("PATH", os.environ.get("PATH"))
-    if shutil.which(program, path=search_path) is None:
+    if find_agent_program(config) is None:
+        program = config.agent.command[0]
         raise ConfigError(f"{where}: agent.command: {program!r} is not an executable on PATH")
     if config.agent.parser not in PARSER_NAMES:
         raise ConfigError(
@@ -35,6 +34,12 @@ def check_boot(config: Config) -> None:
             f"{where}: vcs.dirty_handler: no admitted plugin named {config.vcs.dirty_handler!r}"
         )
     read_prompt(config)
+
+
+def find_agent_program(config: Config) -> str | None:
+    """Where the agent's executable is, searched on the PATH the agent will get."""
+    search_path = config.agent.env.get("PATH", os.environ.get("PATH"))
+    return shutil.which(config.agent.command[0], path=search_path)
 
 
 def probe_sandbox(config: Config, emit: Emit) -> dict[str, Any]:
