@@ -295,6 +295,8 @@ class Sandbox:
 
     def start(self) -> ProbeReport:
         """Start the fork server and probe what a real child gets; apply the mode's rule."""
+        if self._server is not None and self.report is not None:
+            return self.report
         self._scratch_root = self._make_scratch_root()
         self._server = _ForkServer(self._mode, self._base_roots())
         self.report = self._probe()
