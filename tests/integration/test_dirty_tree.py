@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent_runner.events import check_event
 from agent_runner.plugins import DirtyIntent
@@ -666,3 +669,38 @@ def test_an_embedded_repository_is_never_deleted(tmp_path: Path) -> None:
     assert (nested / "uncommitted.c").read_text() == "int y;"
     assert (nested / ".git").is_dir()
     assert git(repo, "show", f"{report.ref}:tracked.txt") == "v2\n"
+
+
+FILE_NAMES = st.binary(min_size=1, max_size=24).filter(
+    lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b"..", b".git")
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(names=st.lists(FILE_NAMES, min_size=1, max_size=4, unique=True))
+def test_any_file_names_are_stashed_or_committed_exactly(
+    tmp_path: Path, names: list[bytes]
+) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        repo = make_repo(Path(scratch))
+        paths = [os.fsdecode(n) for n in names]
+        for path in paths:
+            (repo / path).write_bytes(b"content of " + os.fsencode(path))
+        chosen = paths[:1]
+        report = secure(
+            repo,
+            CheckedEvents(),
+            exit_cause="clean",
+            decide=lambda v: DirtyIntent.commit("m", chosen),
+        )
+        assert report.action == "commit"
+        assert set(git(repo, "show", "--name-only", "-z", "--format=", "HEAD").split("\0")) - {
+            ""
+        } == set(chosen)
+        report = secure(repo, CheckedEvents(), round_no=8)
+        assert report.action == ("stash" if paths[1:] else "none")
+        assert porcelain(repo) == ""
+        for path in paths:
+            assert not (repo / path).exists() or path in chosen
