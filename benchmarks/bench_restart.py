@@ -17,13 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_runner.supervisor.process import (
-    AgentProcess,
-    agent_environment,
-    become_subreaper,
-    reap_leftovers,
-    transcript_path,
-)
+from agent_runner.supervisor.process import AgentProcess, agent_environment, transcript_path
+from agent_runner.supervisor.strays import become_subreaper, reap_leftovers
 
 
 def spawn(argv: list[str], log_dir: Path, round_no: int) -> AgentProcess:

@@ -11,7 +11,7 @@ from agent_runner.errors import ConfigError
 from agent_runner.events import Emit
 from agent_runner.parsers import PARSER_NAMES
 from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.supervisor.process import kill_orphan_group
+from agent_runner.supervisor.strays import kill_orphan_group
 
 
 def check_boot(config: Config) -> None:

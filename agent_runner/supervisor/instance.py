@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_runner.errors import AgentRunnerError, LockHeld
-from agent_runner.supervisor.process import process_start_ticks
+from agent_runner.supervisor.strays import process_start_ticks
 
 LOCK_FILE = "serve.lock"
 PID_FILE = "serve.pid"

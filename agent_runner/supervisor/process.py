@@ -1,13 +1,11 @@
-"""Run one agent in its own session, wait on it without polling, and bring it and its strays down.
+"""Run one agent in its own session, wait on it without polling, and bring its group down.
 
-Call `become_subreaper` once at boot: only then do processes that escape the agent's group
-(setsid, double fork) stay descendants that `reap_leftovers` can find.
+What escapes the group (setsid, double fork) is `strays.py`'s business.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import selectors
@@ -16,14 +14,14 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from agent_runner.errors import AgentRunnerError
+from agent_runner.supervisor.strays import process_start_ticks
 
-PR_SET_CHILD_SUBREAPER = 36
 TRANSCRIPT_MODE = 0o600
 
 
@@ -39,20 +37,6 @@ class AgentExit:
     signal: str | None
     cause: str
     duration_s: float
-
-
-def become_subreaper() -> None:
-    """Adopt every orphaned descendant of this process instead of letting init have it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone."""
-    entry = _read_stat(pid)
-    return None if entry is None else entry.start_ticks
 
 
 def agent_environment(
@@ -204,175 +188,6 @@ class AgentProcess:
     def _signal_group(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, signum)
-
-
-def reap_leftovers(*, keep: Collection[int] = ()) -> list[int]:
-    """SIGKILL and reap every descendant except `keep` and theirs; returns the killed pids.
-
-    Assumes no other code is running a subprocess of its own meanwhile (a git call would be
-    killed and reaped under it): the loop calls this between rounds only, after the agent
-    itself has been reaped.
-    """
-    root, spared = os.getpid(), set(keep)
-    killed: set[int] = set()
-    while True:
-        held = _freeze(
-            lambda: set(_descendants(root, spared)),
-            lambda entry, found: entry.ppid == root or entry.ppid in found,
-        )
-        if not held:
-            return sorted(killed)
-        killed.update(_kill_all(held))
-        # Killed children are zombies now; their own children were reparented to us and
-        # show up on the next pass.
-        for pid in held:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-
-
-def kill_orphan_group(pgid: int, leader_start_ticks: int | None) -> list[int]:
-    """Kill a previous serve's agent group, only where start times prove it is that group."""
-    if leader_start_ticks is None or pgid <= 1 or pgid == os.getpgid(0):
-        return []
-    leader = _read_stat(pgid)
-    if leader is not None and leader.start_ticks != leader_start_ticks:
-        # A live group pins its id, so a different process under that pid means the group is gone.
-        return []
-    me = os.getpid()
-
-    def belongs(entry: _Stat, _found: Collection[int] = ()) -> bool:
-        return entry.pgrp == pgid and entry.start_ticks >= leader_start_ticks and entry.pid != me
-
-    held = _freeze(lambda: {e.pid for e in _scan_proc() if belongs(e)}, belongs)
-    return sorted(_kill_all(held))
-
-
-@dataclass(frozen=True)
-class _Stat:
-    pid: int
-    state: str
-    ppid: int
-    pgrp: int
-    start_ticks: int
-
-
-@dataclass(frozen=True)
-class _Held:
-    pidfd: int
-    was_alive: bool
-
-
-def _read_stat(pid: int) -> _Stat | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    if b")" not in raw:
-        return None  # read as the process was being released
-    # The command name may contain spaces and parentheses; the fields start after the last ')'.
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return _Stat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
-
-
-def _scan_proc() -> Iterable[_Stat]:
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (entry := _read_stat(int(name))) is not None:
-            yield entry
-
-
-def _children_from_files(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return kids
-    for tid in tids:
-        with (
-            contextlib.suppress(FileNotFoundError, ProcessLookupError),
-            open(f"/proc/{pid}/task/{tid}/children", "rb") as f,
-        ):
-            kids.extend(int(x) for x in f.read().split())
-    return kids
-
-
-def _children_reader() -> Callable[[int], list[int]]:
-    if _HAVE_CHILDREN_FILES:
-        return _children_from_files
-    table: dict[int, list[int]] = {}
-    for entry in _scan_proc():
-        table.setdefault(entry.ppid, []).append(entry.pid)
-    return lambda pid: table.get(pid, [])
-
-
-# Reading only our own subtree keeps reaping cheap on a busy host (CONFIG_PROC_CHILDREN).
-_HAVE_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
-
-
-def _descendants(root: int, spared: Collection[int]) -> dict[int, int]:
-    children = _children_reader()
-    found: dict[int, int] = {}
-    stack = [root]
-    while stack:
-        parent = stack.pop()
-        for pid in children(parent):
-            if pid not in spared and pid not in found:
-                found[pid] = parent
-                stack.append(pid)
-    return found
-
-
-def _freeze(
-    find: Callable[[], set[int]], belongs: Callable[[_Stat, Collection[int]], bool]
-) -> dict[int, _Held]:
-    """SIGSTOP everything `find` reports until a rescan finds nobody new; pid -> pidfd."""
-    held: dict[int, _Held] = {}
-    rejected: set[int] = set()
-    while True:
-        found = find()
-        new = found - held.keys() - rejected
-        if not new:
-            return held
-        for pid in new:
-            try:
-                pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            entry = _read_stat(pid)
-            # Checked after pidfd_open: from here on the fd names this process even if
-            # the pid is recycled, so a signal can never reach a stranger.
-            if entry is None or not belongs(entry, found):
-                os.close(pidfd)
-                rejected.add(pid)
-                continue
-            try:
-                # A stopped process cannot fork, so once all are stopped a rescan sees the
-                # whole tree; killing instead would race a fork loop.
-                signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
-            except (ProcessLookupError, PermissionError):
-                os.close(pidfd)
-                rejected.add(pid)
-                continue
-            held[pid] = _Held(pidfd, entry.state != "Z")
-
-
-def _kill_all(held: Mapping[int, _Held]) -> list[int]:
-    """SIGKILL every held process and block until each has exited; returns those that were alive."""
-    try:
-        with selectors.DefaultSelector() as selector:
-            for item in held.values():
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(item.pidfd, signal.SIGKILL)
-                selector.register(item.pidfd, selectors.EVENT_READ)
-            # No timeout: SIGKILL always wins except against a kernel stuck in I/O, and then
-            # the systemd watchdog is the right judge, not a guess here.
-            while selector.get_map():
-                for key, _ in selector.select():
-                    selector.unregister(key.fd)
-    finally:
-        for item in held.values():
-            os.close(item.pidfd)
-    return [pid for pid, item in held.items() if item.was_alive]
 
 
 def _open_transcript(path: Path) -> int:

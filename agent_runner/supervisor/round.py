@@ -20,10 +20,10 @@ from agent_runner.supervisor.process import (
     SpawnError,
     agent_environment,
     deliver_prompt,
-    reap_leftovers,
     transcript_path,
 )
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
+from agent_runner.supervisor.strays import reap_leftovers
 
 
 @dataclass(frozen=True)

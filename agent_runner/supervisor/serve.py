@@ -21,11 +21,12 @@ from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
-from agent_runner.supervisor.process import AgentProcess, become_subreaper, process_start_ticks
+from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
 from agent_runner.supervisor.state import read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
+from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
 
 DRAIN_EXTEND_USEC = 5_000_000
 PROMPT_RETRY_S = 2.0

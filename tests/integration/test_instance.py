@@ -19,7 +19,7 @@ from agent_runner.supervisor.instance import (
     LockFileError,
     read_holder,
 )
-from agent_runner.supervisor.process import process_start_ticks
+from agent_runner.supervisor.strays import process_start_ticks
 
 REPO = Path(__file__).parent.parent.parent
 

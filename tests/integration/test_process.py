@@ -15,17 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor import process
+from agent_runner.supervisor import strays
 from agent_runner.supervisor.process import (
     AgentProcess,
     SpawnError,
     agent_environment,
-    become_subreaper,
     deliver_prompt,
+    transcript_path,
+)
+from agent_runner.supervisor.strays import (
+    become_subreaper,
     kill_orphan_group,
     process_start_ticks,
     reap_leftovers,
-    transcript_path,
 )
 
 AGENTS = Path(__file__).parent.parent / "agents"
@@ -49,7 +51,7 @@ def gone(pid: int) -> bool:
 
 
 def group_members(pgid: int) -> list[int]:
-    return [e.pid for e in process._scan_proc() if e.pgrp == pgid]
+    return [e.pid for e in strays._scan_proc() if e.pgrp == pgid]
 
 
 def wait_for_file(path: Path, timeout_s: float = 5.0) -> str:
@@ -204,7 +206,7 @@ def test_a_process_tree_that_keeps_forking_is_reaped_completely(
     killed = reap_leftovers(keep=preexisting)
     assert tree.pid in killed
     assert len(killed) >= 31
-    assert process._descendants(os.getpid(), preexisting) == {}
+    assert strays._descendants(os.getpid(), preexisting) == {}
     tree.wait()  # already reaped by reap_leftovers; Popen copes with ECHILD
 
 
@@ -424,7 +426,7 @@ def test_stat_parsing_survives_a_command_name_with_parentheses_and_spaces(tmp_pa
     weird.chmod(0o755)
     child = subprocess.Popen([str(weird), "30"])
     try:
-        entry = process._read_stat(child.pid)
+        entry = strays._read_stat(child.pid)
         assert entry is not None
         assert (entry.ppid, entry.pgrp) == (os.getpid(), os.getpgid(0))
         assert entry.start_ticks >= process_start_ticks(os.getpid())  # type: ignore[operator]
@@ -445,7 +447,7 @@ def test_result_before_the_agent_is_reaped_is_a_bug(tmp_path: Path) -> None:
 def test_leftover_reaping_works_without_the_children_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(process, "_HAVE_CHILDREN_FILES", False)
+    monkeypatch.setattr(strays, "_HAVE_CHILDREN_FILES", False)
     pids = tmp_path / "pids"
     agent_ = spawn(tmp_path, agent("spawns_orphan.py", str(pids), "exit"))
     assert agent_.wait(5)
@@ -502,8 +504,8 @@ def test_orphaned_group_is_spared_when_the_leader_start_ticks_differ(tmp_path: P
     pgid, ticks, member = orphaned_group(tmp_path)
     assert kill_orphan_group(pgid, ticks + 1) == []
     assert kill_orphan_group(pgid, None) == []
-    assert process._read_stat(pgid) is not None
-    assert process._read_stat(member) is not None
+    assert strays._read_stat(pgid) is not None
+    assert strays._read_stat(member) is not None
     assert sorted(kill_orphan_group(pgid, ticks)) == sorted([pgid, member])
 
 
@@ -535,7 +537,7 @@ def test_orphaned_group_of_another_user_is_left_alone(tmp_path: Path) -> None:
     with os.fdopen(read_end, "rb") as reader:
         assert json.loads(reader.read()) == []
     assert os.waitpid(child, 0)[1] == 0
-    assert process._read_stat(member) is not None
+    assert strays._read_stat(member) is not None
     assert sorted(kill_orphan_group(pgid, ticks)) == sorted([pgid, member])
 
 
