@@ -140,8 +140,10 @@ def events(
 def status(as_json: bool, config_path: Path | None) -> None:
     """Is serve running, and since when."""
     from agent_runner.observe.peek import render_status, status_report
+    from agent_runner.systemd import unit_state
 
-    report = status_report(load(config_path))
+    config = load(config_path)
+    report = {**status_report(config), "systemd": unit_state(config.runtime.work_dir)}
     if as_json:
         print_json(report)
     else:

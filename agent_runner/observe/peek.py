@@ -143,6 +143,11 @@ def status_report(config: Config, *, now: float | None = None) -> dict[str, Any]
 
 def render_status(report: dict[str, Any]) -> str:
     if not report["running"]:
-        return f"not running (log_dir {report['log_dir']})"
-    text = f"running: pid {report['pid']}, up {report['uptime_s']}s, {report['phase']}"
-    return text + (f", round {report['round']}" if report["round"] else "")
+        text = f"not running (log_dir {report['log_dir']})"
+    else:
+        text = f"running: pid {report['pid']}, up {report['uptime_s']}s, {report['phase']}"
+        text += f", round {report['round']}" if report["round"] else ""
+    unit = report.get("systemd")
+    if unit:
+        text += f"\nsystemd: {unit['unit']} ({unit['scope']}): {unit['active']}"
+    return text
