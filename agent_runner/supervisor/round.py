@@ -153,7 +153,12 @@ class RoundRunner:
             state_dir=self.config.runtime.log_dir,
             emit=self.emit,
             now=self.clock.now(),
-            protected=(self.config.path.name,),
+            # The supervisor's own inputs: stashing them would undo an operator's live edit.
+            protected=(
+                str(self.config.path),
+                str(self.config.runtime.log_dir),
+                *(str(path) for path in self.config.prompt.files),
+            ),
         )
 
 

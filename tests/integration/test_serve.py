@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Project, agent, pid_alive
+from tests.integration.conftest import Project, agent, git, pid_alive
 
 LIFECYCLE = ["round_start", "agent_spawn", "agent_exit", "round_end"]
 
@@ -460,3 +460,21 @@ def test_a_deleted_prompt_file_pauses_serve_until_it_is_back(project: Project) -
     prompt.write_text("back again\n")
     assert serve.wait(timeout=10) == 0
     assert len(project.events("round_end")) == 2
+
+
+def test_live_prompt_edits_and_the_config_are_never_stashed(project: Project) -> None:
+    (project.work_dir / ".gitignore").write_text("")  # the prompt and config are tracked files
+    git(project.work_dir, "add", "-A")
+    git(project.work_dir, "commit", "-q", "-m", "track the prompt")
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+    git(project.work_dir, "add", "-A")
+    git(project.work_dir, "commit", "-q", "-m", "track the config")
+    (project.work_dir / "prompts" / "main.md").write_text("an edit in progress\n")
+    (project.work_dir / "scratch.txt").write_text("agent work\n")
+    assert project.cli("serve").returncode == 0
+    assert project.events("orphan_stashed")
+    assert (project.work_dir / "prompts" / "main.md").read_text() == "an edit in progress\n"
+    assert not (project.work_dir / "scratch.txt").exists()
+    stashed = git(project.work_dir, "stash", "show", "--include-untracked", "--name-only")
+    assert "scratch.txt" in stashed
+    assert "prompts/main.md" not in stashed
