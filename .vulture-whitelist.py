@@ -33,9 +33,9 @@ dirty_after  # unused variable (agent_runner/supervisor/dirty.py)
 
 # Protocols the interpreter calls: importlib's loader protocol and the sys flag it reads.
 _.dont_write_bytecode  # unused attribute (agent_runner/plugins/confine.py)
-_.create_module  # unused method (agent_runner/plugins/confine.py)
-_.exec_module  # unused method (agent_runner/plugins/confine.py)
-_.get_source  # unused method (agent_runner/plugins/confine.py)
+_.create_module  # unused method (agent_runner/plugins/runner.py)
+_.exec_module  # unused method (agent_runner/plugins/runner.py)
+_.get_source  # unused method (agent_runner/plugins/runner.py)
 
 # Looked up by tests and docs: the seccomp table's per-syscall rule.
 rule_for  # unused function (agent_runner/plugins/syscalls.py)

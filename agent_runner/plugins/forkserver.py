@@ -1,6 +1,6 @@
 """The fork server: an isolated, pre-initialised process that forks one confined child per call.
 
-Started by `sandbox.Sandbox` with `python -I -S -B`, a scrubbed environment and cwd "/"; it
+Started by `forkclient.ForkServer` with `python -I -S -B`, a scrubbed environment and cwd "/"; it
 holds no secrets and never imports plugin code. Protocol: JSON datagrams on a SEQPACKET socket.
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_runner.errors import ConfinementUnavailable, ExitCode
-from agent_runner.plugins import sandbox as sandbox_module
+from agent_runner.plugins import forkclient
 from agent_runner.plugins.sandbox import Sandbox
 from tests.fakes import RecordedEvents
 from tests.security.conftest import NOOP, run_hook
@@ -17,14 +17,14 @@ from tests.security.conftest import NOOP, run_hook
 @pytest.fixture
 def without_seccomp_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch seccomp off the way a host without pyseccomp/libseccomp would: no binding."""
-    real = sandbox_module._module_locations
+    real = forkclient._module_locations
 
     def locations(mode: str) -> dict[str, tuple[str, list[str] | None]]:
         found = real(mode)  # type: ignore[arg-type]
         found.pop("pyseccomp", None)
         return found
 
-    monkeypatch.setattr(sandbox_module, "_module_locations", locations)
+    monkeypatch.setattr(forkclient, "_module_locations", locations)
 
 
 @pytest.fixture

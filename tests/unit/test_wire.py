@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision, wire
-from agent_runner.plugins.sandbox import _Outcome, classify
+from agent_runner.plugins.forkclient import Outcome
+from agent_runner.plugins.sandbox import classify
 
 
 @pytest.mark.parametrize(
@@ -209,25 +210,25 @@ OK_ENVELOPE = envelope(GOOD["spawn"])
 @pytest.mark.parametrize(
     ("outcome", "status", "sig"),
     [
-        (_Outcome(result=OK_ENVELOPE, wait_status=exited(0)), "ok", None),
-        (_Outcome(wait_status=signalled(signal.SIGSYS)), "sandbox_kill", "SIGSYS"),
-        (_Outcome(wait_status=signalled(signal.SIGSEGV)), "crash", "SIGSEGV"),
-        (_Outcome(wait_status=signalled(signal.SIGXCPU)), "timeout", "SIGXCPU"),
-        (_Outcome(timed_out=True, wait_status=signalled(signal.SIGKILL)), "timeout", None),
-        (_Outcome(oversized=True, wait_status=exited(0)), "invalid_result", None),
-        (_Outcome(server_died=True), "crash", None),
-        (_Outcome(wait_status=exited(0)), "crash", None),
-        (_Outcome(stderr=b"MemoryError\n", wait_status=exited(1)), "oom", None),
-        (_Outcome(result=envelope(None, "oom"), wait_status=exited(0)), "oom", None),
-        (_Outcome(result=envelope(None, "raised"), wait_status=exited(0)), "raised", None),
-        (_Outcome(result=envelope(None, "invalid"), wait_status=exited(0)), "invalid_result", None),
-        (_Outcome(result=envelope(None, "refused"), wait_status=exited(0)), "crash", None),
-        (_Outcome(result=OK_ENVELOPE, wait_status=exited(5)), "crash", None),
-        (_Outcome(result=b"{", wait_status=exited(0)), "invalid_result", None),
+        (Outcome(result=OK_ENVELOPE, wait_status=exited(0)), "ok", None),
+        (Outcome(wait_status=signalled(signal.SIGSYS)), "sandbox_kill", "SIGSYS"),
+        (Outcome(wait_status=signalled(signal.SIGSEGV)), "crash", "SIGSEGV"),
+        (Outcome(wait_status=signalled(signal.SIGXCPU)), "timeout", "SIGXCPU"),
+        (Outcome(timed_out=True, wait_status=signalled(signal.SIGKILL)), "timeout", None),
+        (Outcome(oversized=True, wait_status=exited(0)), "invalid_result", None),
+        (Outcome(server_died=True), "crash", None),
+        (Outcome(wait_status=exited(0)), "crash", None),
+        (Outcome(stderr=b"MemoryError\n", wait_status=exited(1)), "oom", None),
+        (Outcome(result=envelope(None, "oom"), wait_status=exited(0)), "oom", None),
+        (Outcome(result=envelope(None, "raised"), wait_status=exited(0)), "raised", None),
+        (Outcome(result=envelope(None, "invalid"), wait_status=exited(0)), "invalid_result", None),
+        (Outcome(result=envelope(None, "refused"), wait_status=exited(0)), "crash", None),
+        (Outcome(result=OK_ENVELOPE, wait_status=exited(5)), "crash", None),
+        (Outcome(result=b"{", wait_status=exited(0)), "invalid_result", None),
     ],
 )
 def test_parent_classifies_each_way_a_call_ends(
-    outcome: _Outcome, status: str, sig: str | None
+    outcome: Outcome, status: str, sig: str | None
 ) -> None:
     result = classify("spawn", outcome, 10.0)
     assert result.status == status
@@ -236,5 +237,5 @@ def test_parent_classifies_each_way_a_call_ends(
 
 
 def test_stderr_tail_is_bounded_and_decoded_leniently() -> None:
-    outcome = _Outcome(stderr=os.urandom(64 * 1024), wait_status=exited(1))
+    outcome = Outcome(stderr=os.urandom(64 * 1024), wait_status=exited(1))
     assert len(classify("spawn", outcome, 1.0).stderr_tail) <= 8 * 1024
