@@ -24,6 +24,7 @@ Emit = Callable[..., None]
 EventDict = MutableMapping[str, Any]
 FILE_GLOB = "events-*.jsonl"
 _READ_BLOCK = 64 * 1024
+MAX_LINE_BYTES = 1024 * 1024  # no event is this long; a longer "line" is damage, not data
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,11 @@ class EventLog:
             return
         self._write_failed = False
         if self.echo is not None:
-            self.echo(line)
+            try:
+                self.echo(line)
+            except (OSError, ValueError):
+                # A closed console (`serve | head`, a vanished terminal) must not stop the loop.
+                self.echo = None
 
     def _stamp(self, _logger: Any, _method: str, event_dict: EventDict) -> EventDict:
         kind = event_dict.pop("event")
@@ -300,22 +305,34 @@ def _tail_file(path: Path, count: int) -> list[dict[str, Any]]:
     except OSError:
         return []
     try:
-        end = os.fstat(fd).st_size
-        buffer = b""
-        events: list[dict[str, Any]] = []
-        while end > 0 and len(events) < count:
-            start = max(0, end - _READ_BLOCK)
-            buffer = os.pread(fd, end - start, start) + buffer
-            end = start
-            lines = buffer.split(b"\n")
-            # The first piece may be the tail of a line that starts in an earlier block.
-            buffer = lines[0] if end > 0 else b""
-            complete = lines[1:] if end > 0 else lines
-            parsed = [e for e in map(parse_line, complete) if e is not None]
-            events = parsed + events
-        return events[-count:]
+        return _tail_lines(fd, os.fstat(fd).st_size, count)
     finally:
         os.close(fd)
+
+
+def _tail_lines(fd: int, end: int, count: int) -> list[dict[str, Any]]:
+    """Read blocks backwards until `count` events are found or the file's start is reached."""
+    events: list[dict[str, Any]] = []
+    tail = b""  # the end of a line whose start lies before the blocks read so far
+    oversized = False  # that line is longer than any event: skip it, whatever it holds
+    while end > 0 and len(events) < count:
+        start = max(0, end - _READ_BLOCK)
+        pieces = os.pread(fd, end - start, start).split(b"\n")
+        end = start
+        if len(pieces) == 1:
+            # No newline in this block (e.g. the NUL run a power cut leaves): bounded growth.
+            if not oversized:
+                tail = pieces[0] + tail
+                oversized = len(tail) > MAX_LINE_BYTES
+            continue
+        lines = pieces[1:-1] if oversized else [*pieces[1:-1], pieces[-1] + tail]
+        events[:0] = [e for e in map(parse_line, lines) if e is not None]
+        tail, oversized = pieces[0], False
+    if end == 0 and not oversized and len(events) < count:
+        first = parse_line(tail)
+        if first is not None:
+            events.insert(0, first)
+    return events[-count:]
 
 
 def format_event(event: dict[str, Any]) -> str:

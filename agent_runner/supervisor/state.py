@@ -21,9 +21,16 @@ def write_state(log_dir: Path, state: dict[str, Any]) -> None:
     data = json.dumps(state, separators=(",", ":"), sort_keys=True, default=str).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
-    finally:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        # A rename before the data is on disk can leave an empty state.json after a power cut.
+        os.fsync(fd)
+    except OSError:
         os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
 
 

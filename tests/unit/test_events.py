@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,40 @@ def test_every_spec_kind_is_registered() -> None:
 
 def test_events_doc_is_generated_from_the_registry() -> None:
     assert DOCS.read_text() == render_docs(), "run `make docs` to regenerate docs/events.md"
+
+
+def test_tail_skips_a_huge_run_without_newlines_quickly(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    with open(log_dir / "events-2026-11.jsonl", "wb") as handle:
+        handle.write(b'{"event":"round_start","round":1}\n{"event":"round_end","round":1}\n')
+        handle.write(b"\x00" * (30 * 1024 * 1024))  # what a power cut can leave behind
+        handle.write(b'\n{"event":"round_start","round":2}\n')
+    started = time.monotonic()
+    events = tail_events(log_dir, 3)
+    assert [(e["event"], e["round"]) for e in events] == [
+        ("round_start", 1),
+        ("round_end", 1),
+        ("round_start", 2),
+    ]
+    # Linear, not quadratic: the quadratic version took several seconds here.
+    assert time.monotonic() - started < 2
+
+
+def test_tail_reads_a_first_line_without_a_preceding_newline(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    (log_dir / "events-2026-11.jsonl").write_text('{"event":"a"}\n{"event":"b')
+    assert [e["event"] for e in tail_events(log_dir, 5)] == ["a"]  # "b" is torn
+    (log_dir / "events-2026-11.jsonl").write_text('{"event":"a"}\n{"event":"b"}\n')
+    assert [e["event"] for e in tail_events(log_dir, 5)] == ["a", "b"]
+
+
+def test_a_console_that_goes_away_does_not_stop_the_log(tmp_path: Path) -> None:
+    def broken(_line: str) -> None:
+        raise BrokenPipeError
+
+    log = EventLog(tmp_path / "logs", clock=FakeClock(wall=NOV_30), echo=broken)
+    log.emit("round_start", round=1)
+    log.emit("round_start", round=2)
+    assert [e["round"] for e in iter_events(log.log_dir)] == [1, 2]
