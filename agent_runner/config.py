@@ -264,7 +264,7 @@ class _Parser:
         return Config(
             path=self.path,
             agent=self.agent(tables["agent"]),
-            prompt=PromptConfig(tuple(self.resolve(f) for f in tables["prompt"]["files"])),
+            prompt=self.prompt(tables["prompt"]),
             runtime=self.runtime(tables["runtime"]),
             breakers=BreakersConfig(**tables["breakers"]),
             backoff=self.backoff(tables["backoff"]),
@@ -285,6 +285,7 @@ class _Parser:
         }
 
     def value(self, where: str, spec: Key, raw: Any) -> Any:
+        self.no_nul(where, raw)
         if spec.kind in ("int", "number"):
             return self.number(where, spec, raw)
         if spec.kind == "str":
@@ -307,6 +308,18 @@ class _Parser:
                 if not isinstance(item, str):
                     raise self.fail(f"{where}.{key}", f"must be a string, got {_type_name(item)}")
         return dict(raw)
+
+    def no_nul(self, where: str, raw: Any) -> None:
+        """Refuse NUL anywhere: no path, argument or variable can carry one to the kernel."""
+        if isinstance(raw, str) and "\0" in raw:
+            raise self.fail(where, "must not contain a NUL character")
+        if isinstance(raw, list):
+            for i, item in enumerate(raw):
+                self.no_nul(f"{where}[{i}]", item)
+        if isinstance(raw, dict):
+            for key, item in raw.items():
+                self.no_nul(f"{where}.{key}", key)
+                self.no_nul(f"{where}.{key}", item)
 
     def number(self, where: str, spec: Key, raw: Any) -> float | int:
         wanted = "an integer" if spec.kind == "int" else "a number"
@@ -341,6 +354,9 @@ class _Parser:
             key: preset.get(key) if values[key] is None else values[key] for key in values
         }
         merged["env"] = {**preset.get("env", {}), **(values["env"] or {})}
+        for name in merged["env"]:
+            if not name or "=" in name:
+                raise self.fail(f"agent.env.{name}", "not a valid environment variable name")
         if not merged["command"]:
             raise self.fail("agent.command", "required: a non-empty list (or set agent.preset)")
         if not merged["parser"]:
@@ -355,6 +371,11 @@ class _Parser:
             env=merged["env"],
             sigterm_grace_s=float(merged["sigterm_grace_s"]),
         )
+
+    def prompt(self, values: dict[str, Any]) -> PromptConfig:
+        if not values["files"]:
+            raise self.fail("prompt.files", "must name at least one prompt file")
+        return PromptConfig(tuple(self.resolve(f) for f in values["files"]))
 
     def runtime(self, values: dict[str, Any]) -> RuntimeConfig:
         work_dir = self.resolve(values["work_dir"])

@@ -67,7 +67,7 @@ scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.text(string.printable, max_size=20),
+    st.text(string.printable + "\0\u00e9", max_size=20),
 )
 values = st.one_of(
     scalars,

@@ -214,6 +214,19 @@ def test_preset_fills_agent_and_explicit_keys_override(tmp_path: Path) -> None:
             "runtime.max_restart_delay_s: must be at least restart_delay_s (100)",
         ),
         (MINIMAL + "[plugins.settings]\nx = 3\n", "plugins.settings.x: must be a table"),
+        (
+            MINIMAL + '[prompt]\nfiles = ["a\\u0000b"]\n',
+            "prompt.files[0]: must not contain a NUL character",
+        ),
+        (
+            MINIMAL + '[runtime]\nlog_dir = "/tmp/\\u0000"\n',
+            "runtime.log_dir: must not contain a NUL character",
+        ),
+        (MINIMAL + "[prompt]\nfiles = []\n", "prompt.files: must name at least one prompt file"),
+        (
+            MINIMAL + '[agent.env]\n"A=B" = "1"\n',
+            "agent.env.A=B: not a valid environment variable name",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, text: str, expected: str) -> None:
