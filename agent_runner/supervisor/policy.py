@@ -115,8 +115,9 @@ def decide(
         # A rate-limited round is not a crash: crash and stall counters stay as they were.
         return new, Decision("backoff", until=until, source=source)
 
-    recovered = state.backoff_class
     failed = outcome.exit_cause not in ("clean", "stopped")
+    # Recovery is a good round; a failure after a back-off keeps the class for the next one.
+    recovered = state.backoff_class if outcome.exit_cause == "clean" else None
     fast_failure = failed and outcome.duration_s < b.crash_window_s
     crash_streak = state.crash_streak + 1 if fast_failure else 0
     idle = (
@@ -131,6 +132,7 @@ def decide(
         crash_streak=crash_streak,
         stall_streak=stall_streak,
         auth_streak=auth_streak,
+        backoff_class=None if recovered else state.backoff_class,
     )
     if crash_streak >= b.crash_loop_rounds:
         return new, Decision("give_up", breaker="crash_loop", count=crash_streak)

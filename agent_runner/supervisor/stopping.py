@@ -19,6 +19,7 @@ from agent_runner.events import Emit
 # SIGUSR1 is what `agent-runner stop --after-round` sends.
 AFTER_ROUND_SIGNAL = signal.SIGUSR1
 STOP_FILE_CHECK_S = 1.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 Mode = Literal["terminate", "finish_round"]
 
@@ -47,7 +48,8 @@ class StopControl:
         return self.mode is not None
 
     def install(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT, AFTER_ROUND_SIGNAL):
+        # SIGHUP is a closed terminal: stop cleanly rather than die with the agent still running.
+        for signum in (*STOP_SIGNALS, AFTER_ROUND_SIGNAL):
             self._previous[signum] = signal.signal(signum, self._on_signal)
         self._previous_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
 
@@ -69,7 +71,7 @@ class StopControl:
         if signum == AFTER_ROUND_SIGNAL:
             self.request("finish_round", "stop --after-round")
         elif self.mode is not None:
-            # A second SIGTERM/SIGINT while finishing a round means "now".
+            # A second stop signal while finishing a round means "now".
             self.request("terminate", signal.Signals(signum).name)
         else:
             self.request(self.default_mode, signal.Signals(signum).name)

@@ -153,6 +153,12 @@ def test_ladder_is_per_class_and_resets_after_a_good_round() -> None:
     assert decisions[3].recovered == "api_timeout"
 
 
+def test_backoff_recovers_only_on_a_clean_round() -> None:
+    limited = Outcome("error", 1, False, transient="rate_limit_model")
+    decisions = replay([limited, SLOW_ERROR, CLEAN])
+    assert [d.recovered for d in decisions] == [None, None, "rate_limit_model"]
+
+
 def test_backoff_recovered_only_once() -> None:
     limited = Outcome("error", 1, False, transient="rate_limit_model")
     decisions = replay([limited, CLEAN, CLEAN])

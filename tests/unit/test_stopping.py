@@ -34,6 +34,15 @@ def test_sigterm_requests_the_configured_mode(control: tuple[StopControl, Record
     ]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGQUIT, signal.SIGINT])
+def test_a_closed_terminal_or_quit_stops_like_sigterm(
+    control: tuple[StopControl, RecordedEvents], signum: signal.Signals
+) -> None:
+    stop, _ = control
+    os.kill(os.getpid(), signum)
+    assert (stop.mode, stop.source) == ("terminate", signum.name)
+
+
 def test_after_round_then_sigint_upgrades_to_terminate(
     control: tuple[StopControl, RecordedEvents],
 ) -> None:
