@@ -43,6 +43,7 @@ def _kinds(*specs: tuple[str, str, str]) -> dict[str, Kind]:
 REGISTRY: dict[str, Kind] = _kinds(
     ("serve_start", "pid version work_dir log_dir", "serve booted and holds the lock"),
     ("serve_stop", "reason rounds", "serve is exiting; reason says why"),
+    ("state_write_failed", "reason", "state.json could not be written (e.g. disk full)"),
     ("config_broken", "reason", "the config could not be loaded at boot"),
     ("round_start", "round", "a round begins (gates passed)"),
     ("agent_spawn", "round pid pgid argv transcript", "the agent process was started"),

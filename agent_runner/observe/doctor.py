@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
-from agent_runner.errors import AgentRunnerError, ConfinementUnavailable, GitError
+from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable
 from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.supervisor.boot import find_agent_program
+from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -110,18 +110,16 @@ def _log_dir(config: Config) -> Iterator[Check]:
             "log_dir", "FAIL", f"{existing} is not a writable directory", "fix runtime.log_dir"
         )
         return
-    work_dir = config.runtime.work_dir
-    if log_dir.is_relative_to(work_dir) and vcs.is_work_tree(work_dir):
-        try:
-            vcs.run_git(work_dir, "check-ignore", "-q", str(log_dir))
-        except GitError:
-            yield Check(
-                "log_dir",
-                "FAIL",
-                f"{log_dir} is inside the work tree and not ignored by git",
-                "add it to .gitignore or move runtime.log_dir",
-            )
-            return
+    try:
+        check_log_dir(config)
+    except ConfigError as exc:
+        yield Check(
+            "log_dir",
+            "FAIL",
+            str(exc).split(": ", 2)[-1],
+            "add it to .gitignore or move runtime.log_dir",
+        )
+        return
     yield Check("log_dir", "ok", str(log_dir))
 
 

@@ -1,4 +1,4 @@
-"""Checks before serve takes the lock, and cleanup after a previous serve died uncleanly."""
+"""Checks before the first round, and cleanup after a previous serve died uncleanly."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import os
 import shutil
 from typing import Any
 
+from agent_runner import vcs
 from agent_runner.config import Config, read_prompt
-from agent_runner.errors import ConfigError
+from agent_runner.errors import ConfigError, GitError
 from agent_runner.events import Emit
 from agent_runner.parsers import PARSER_NAMES
 from agent_runner.plugins.sandbox import Sandbox
@@ -16,6 +17,13 @@ from agent_runner.supervisor.strays import kill_orphan_group
 
 def check_boot(config: Config) -> None:
     """Raise ConfigError (exit 78) for anything that would make every round fail."""
+    check_runnable(config)
+    check_log_dir(config)
+    read_prompt(config)
+
+
+def check_runnable(config: Config) -> None:
+    """The checks a config must also pass to be applied by a live reload."""
     where = config.path
     if not config.runtime.work_dir.is_dir():
         raise ConfigError(
@@ -33,13 +41,30 @@ def check_boot(config: Config) -> None:
         raise ConfigError(
             f"{where}: vcs.dirty_handler: no admitted plugin named {config.vcs.dirty_handler!r}"
         )
-    read_prompt(config)
+
+
+def check_log_dir(config: Config) -> None:
+    """log_dir may sit inside the work tree only where git ignores it (SPEC §3)."""
+    log_dir, work_dir = config.runtime.log_dir, config.runtime.work_dir
+    if not log_dir.is_relative_to(work_dir) or not vcs.is_work_tree(work_dir):
+        return
+    try:
+        vcs.run_git(work_dir, "check-ignore", "-q", "--no-index", str(log_dir))
+    except GitError:
+        raise ConfigError(
+            f"{config.path}: runtime.log_dir: {log_dir} is inside the work tree and git does "
+            "not ignore it (add it to .gitignore or move it)"
+        ) from None
 
 
 def find_agent_program(config: Config) -> str | None:
-    """Where the agent's executable is, searched on the PATH the agent will get."""
-    search_path = config.agent.env.get("PATH", os.environ.get("PATH"))
-    return shutil.which(config.agent.command[0], path=search_path)
+    """Where the agent's executable is, searched as the agent's spawn will search for it."""
+    program = config.agent.command[0]
+    if "/" in program:
+        # A relative path is resolved by exec against the agent's cwd, the work tree.
+        candidate = config.runtime.work_dir / program
+        return str(candidate) if os.access(candidate, os.X_OK) and candidate.is_file() else None
+    return shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
 
 
 def probe_sandbox(config: Config, emit: Emit) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,11 @@ from agent_runner.supervisor.process import (
 )
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import reap_leftovers
+
+# systemd talks to serve through these; an agent that inherited them could speak for serve.
+SUPERVISOR_ONLY_ENV = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+)
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,15 @@ class RoundRunner:
         runtime = config.runtime
         emit("round_start", round=number)
         transcript = transcript_path(runtime.log_dir, number)
-        transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         argv, stdin_data = deliver_prompt(
             config.agent.command, prompt.decode("utf-8", "replace"), config.agent.prompt_delivery
         )
         env = agent_environment(
-            config.agent.env, round_no=number, log_dir=runtime.log_dir, transcript=transcript
+            config.agent.env,
+            round_no=number,
+            log_dir=runtime.log_dir,
+            transcript=transcript,
+            base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
         )
         try:
             agent = AgentProcess.spawn(
@@ -85,16 +94,22 @@ class RoundRunner:
             failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
             emit("round_end", round=number, exit_cause="error", duration_s=0.0)
             return RoundResult(number, failed, Findings(), None)
-        self.on_spawn(number, agent)
-        emit(
-            "agent_spawn",
-            round=number,
-            pid=agent.pid,
-            pgid=agent.pgid,
-            argv=_loggable_argv(argv, config.agent.prompt_delivery),
-            transcript=str(transcript),
-        )
-        cause = self._wait(number, agent)
+        try:
+            self.on_spawn(number, agent)
+            emit(
+                "agent_spawn",
+                round=number,
+                pid=agent.pid,
+                pgid=agent.pgid,
+                argv=_loggable_argv(argv, config.agent.prompt_delivery),
+                transcript=str(transcript),
+            )
+            cause = self._wait(number, agent)
+        except BaseException:
+            # Whatever broke, no agent may outlive its supervisor's attention.
+            agent.terminate(config.agent.sigterm_grace_s)
+            reap_leftovers(keep=self.keep_pids())
+            raise
         leftovers = reap_leftovers(keep=self.keep_pids())
         if leftovers:
             emit("round_leftovers_reaped", round=number, pids=leftovers)

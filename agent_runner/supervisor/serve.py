@@ -40,9 +40,13 @@ def run_serve(
     echo: Callable[[str], None] | None = None,
 ) -> ExitCode:
     """Run the loop until a stop, max_rounds or a breaker; return the exit code."""
-    check_boot(config)
     events = EventLog(config.runtime.log_dir, clock=clock, echo=echo or _console)
     with InstanceLock(config.runtime.log_dir):
+        try:
+            check_boot(config)
+        except ConfigError as exc:
+            events.emit("config_broken", reason=str(exc))
+            raise
         stop = StopControl(config.runtime.stop_mode, config.runtime.stop_file, events.emit)
         stop.install()
         try:
@@ -73,13 +77,30 @@ class Serve:
     head: str | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
+    _stopping_sent: bool = False
+    _state_error: str | None = None
 
     def run(self) -> ExitCode:
+        """The loop; an unexpected error still ends with serve_stop and the reason."""
+        try:
+            return self._run()
+        except BaseException as exc:
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
+            self._save("stopped", reason=reason)
+            raise
+
+    def _run(self) -> ExitCode:
         emit = self.events.emit
         become_subreaper()
         previous = read_state(self.config.runtime.log_dir)
-        self.last_round = int(previous.get("last_round_number", 0))
-        self.loop = _loop_from_state(previous.get("loop"))
+        number = previous.get("last_round_number", 0)
+        self.last_round = number if type(number) is int and number >= 0 else 0
+        self.loop = _loop_from_state(
+            previous.get("loop"),
+            clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
+            latest=self.clock.now() + self.config.backoff.max_wait_s,
+        )
         reap_previous_agent(previous, emit)
         sandbox = probe_sandbox(self.config, emit)
         # work_dir only changes on restart, so whether it is a git tree is settled once.
@@ -108,6 +129,8 @@ class Serve:
         self._save("starting")
         while True:
             self.config = watcher.refresh()
+            self.stop.default_mode = self.config.runtime.stop_mode
+            self.stop.stop_file = self.config.runtime.stop_file
             reason = self._gates()
             if reason is not None:
                 return self._finish(reason, ExitCode.OK)
@@ -243,7 +266,8 @@ class Serve:
 
     def _finish(self, reason: str, code: ExitCode) -> ExitCode:
         self.stop.announce()
-        self.notifier.send(STOPPING=1, STATUS=reason)
+        self.notifier.send(STATUS=reason)
+        self._note_stop()
         self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
         self._save("stopped", reason=reason)
         self.notifier.close()
@@ -269,9 +293,17 @@ class Serve:
             self._next_watchdog = now + interval
             self.notifier.send(WATCHDOG=1)
 
+    def _note_stop(self) -> None:
+        """STOPPING=1 as soon as a stop is known, not only on the way out."""
+        if not self._stopping_sent:
+            self._stopping_sent = True
+            self.notifier.send(STOPPING=1)
+
     def _round_tick(self) -> None:
         """Called about once a second while the agent runs: watchdog and STATUS upkeep."""
         self._watchdog()
+        if self.stop.requested:
+            self._note_stop()
         if self.stop.mode == "finish_round":
             # Draining a round can outlast TimeoutStopSec: keep asking systemd for more time.
             self.notifier.send(EXTEND_TIMEOUT_USEC=DRAIN_EXTEND_USEC)
@@ -291,11 +323,20 @@ class Serve:
             self._state["last_round"] = self.last_summary
         self._state["loop"] = asdict(self.loop)
         self._watchdog()
-        write_state(self.config.runtime.log_dir, self._state)
+        try:
+            write_state(self.config.runtime.log_dir, self._state)
+        except OSError as exc:
+            # A full disk must not stop supervision; the next transition tries again.
+            if str(exc) != self._state_error:
+                self._state_error = str(exc)
+                self.events.emit("state_write_failed", reason=str(exc))
+        else:
+            self._state_error = None
 
 
-def _loop_from_state(raw: Any) -> LoopState:
-    """The loop counters a previous serve left, so a back-off survives a restart.
+def _loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
+    """What a previous serve left that must survive a restart: the back-off, always; the
+    breaker counters only after an unclean death (a deliberate restart starts them afresh).
 
     state.json is ours, but a damaged one must cost the counters, never the supervisor.
     """
@@ -313,7 +354,7 @@ def _loop_from_state(raw: Any) -> LoopState:
     valid = (
         all(type(v) is int and v >= 0 for v in counters.values())
         and isinstance(streaks, dict)
-        and all(isinstance(k, str) and type(v) is int for k, v in streaks.items())
+        and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in streaks.items())
         and (until is None or (isinstance(until, int | float) and math.isfinite(until)))
         and (klass is None or isinstance(klass, str))
         and source in (None, "server", "estimated")
@@ -321,9 +362,9 @@ def _loop_from_state(raw: Any) -> LoopState:
     if not valid:
         return LoopState()
     return LoopState(
-        **counters,
+        **({} if clean_exit else counters),
         transient_streaks=dict(streaks),
-        backoff_until=until,
+        backoff_until=None if until is None else min(until, latest),
         backoff_class=klass,
         backoff_source=source,
     )

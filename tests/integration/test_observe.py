@@ -111,7 +111,7 @@ def test_doctor_flags_a_log_dir_inside_the_tree_that_git_does_not_ignore(project
     )
     done = project.cli("doctor")
     assert done.returncode == 1
-    assert "inside the work tree and not ignored by git" in done.stdout
+    assert "is inside the work tree and git does not ignore it" in done.stdout
 
 
 def test_sandbox_require_boots_only_at_the_full_tier(project: Project) -> None:

@@ -302,7 +302,8 @@ def test_sd_notify_extends_the_stop_timeout_while_a_round_drains(
             except TimeoutError:
                 break
     assert "EXTEND_TIMEOUT_USEC=5000000" in messages
-    assert messages[-1].startswith("STOPPING=1")
+    # systemd hears of the stop as soon as it is asked for, before the round drains.
+    assert messages.index("STOPPING=1") < messages.index("EXTEND_TIMEOUT_USEC=5000000")
 
 
 def test_sd_notify_abstract_socket(project: Project) -> None:
@@ -478,3 +479,74 @@ def test_live_prompt_edits_and_the_config_are_never_stashed(project: Project) ->
     stashed = git(project.work_dir, "stash", "show", "--include-untracked", "--name-only")
     assert "scratch.txt" in stashed
     assert "prompts/main.md" not in stashed
+
+
+def test_serve_refuses_a_log_dir_inside_the_tree_that_git_does_not_ignore(
+    project: Project,
+) -> None:
+    project.write_config(
+        agent("exits_with.py", "0"), runtime={"log_dir": str(project.work_dir / "logs")}
+    )
+    done = project.cli("serve")
+    assert done.returncode == 78
+    assert "git does not ignore it" in done.stderr
+    from agent_runner.events import iter_events
+
+    assert [e["event"] for e in iter_events(project.work_dir / "logs")] == ["config_broken"]
+
+
+def test_a_reload_with_an_unknown_parser_is_refused_and_serve_keeps_going(
+    project: Project, tmp_path: Path
+) -> None:
+    script = tmp_path / "edit.sh"
+    script.write_text(
+        f'#!/bin/sh\nsed -i \'s/parser = "claude"/parser = "claudee"/\' {project.config_path}\n'
+    )
+    script.chmod(0o755)
+    project.write_config([str(script)], runtime={"max_rounds": 3})
+    done = project.cli("serve")
+    assert done.returncode == 0, done.stderr
+    failed = project.events("config_reload_failed")
+    assert len(failed) == 1
+    assert "unknown parser 'claudee'" in failed[0]["reason"]
+    assert len(project.events("round_end")) == 3
+
+
+def test_the_agent_never_inherits_the_notify_socket(project: Project, tmp_path: Path) -> None:
+    out = tmp_path / "echo"
+    out.mkdir()
+    project.write_config(
+        agent("echo_prompt.py"),
+        agent={"env": {"ECHO_OUT": str(out), "ECHO_VARS": "NOTIFY_SOCKET,WATCHDOG_USEC,HOME"}},
+    )
+    env = {"NOTIFY_SOCKET": str(tmp_path / "nobody-listens"), "WATCHDOG_USEC": "1000000"}
+    assert project.cli("round", env=env).returncode == 0
+    seen = json.loads((out / "env.json").read_text())
+    assert seen["NOTIFY_SOCKET"] is None
+    assert seen["WATCHDOG_USEC"] is None
+    assert seen["HOME"] == os.environ["HOME"]
+
+
+def test_breaker_counters_start_afresh_after_a_deliberate_restart(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "1"), breakers={"crash_loop_rounds": 3})
+    assert project.cli("serve").returncode == 69
+    assert project.cli("serve").returncode == 69
+    counts = [e["count"] for e in project.events("crash_loop")]
+    assert counts == [3, 3]
+    assert len(project.events("round_start")) == 6
+
+
+def test_a_far_future_backoff_in_state_is_capped_at_max_wait(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), backoff={"max_wait_s": 60})
+    project.log_dir.mkdir()
+    loop = {
+        "backoff_until": 1e18,
+        "backoff_class": "rate_limit_account",
+        "backoff_source": "server",
+    }
+    (project.log_dir / "state.json").write_text(json.dumps({"loop": loop}))
+    serve = project.start()
+    wait = project.wait_for("backoff_wait")
+    assert wait["wait_s"] <= 60
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=5) == 0
