@@ -50,7 +50,8 @@ def write_project(config_path: Path, *, preset: str, force: bool, **runtime: Any
     config_path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(config_path, tomli_w.dumps(document).encode())
     prompt = config_path.parent / "prompts" / "main.md"
-    if not prompt.exists() or force:
+    # --force replaces the config only: a prompt is the operator's work, never overwritten.
+    if not prompt.exists():
         prompt.parent.mkdir(parents=True, exist_ok=True)
         prompt.write_text(STARTER_PROMPT, encoding="utf-8")
         written.append(prompt)

@@ -16,6 +16,7 @@ from agent_runner.events import event_files, format_event, iter_events, parse_li
 __all__ = ["EventFilter", "format_event", "query"]
 
 FOLLOW_INTERVAL_S = 0.5
+_CHUNK = 1024 * 1024
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -62,28 +63,44 @@ def _since_ts(text: str, now: float | None) -> str:
 
 def query(log_dir: Path, wanted: EventFilter, *, follow: bool = False) -> Iterator[dict[str, Any]]:
     """Matching events, oldest first; with `follow`, keep yielding new ones as they land."""
-    yield from (event for event in iter_events(log_dir) if wanted.matches(event))
-    if follow:
-        yield from _follow(log_dir, wanted)
-
-
-def _follow(log_dir: Path, wanted: EventFilter) -> Iterator[dict[str, Any]]:
+    if not follow:
+        yield from (event for event in iter_events(log_dir) if wanted.matches(event))
+        return
     files = event_files(log_dir)
-    current = files[-1] if files else None
-    offset = current.stat().st_size if current else 0
-    pending = b""
+    for path in files[:-1]:
+        yield from _read_from(path, 0, wanted)[0]
+    # The newest file is read and then followed from one offset, so no event falls between.
+    yield from _follow(log_dir, wanted, files[-1] if files else None)
+
+
+def _follow(log_dir: Path, wanted: EventFilter, current: Path | None) -> Iterator[dict[str, Any]]:
+    offset = 0
     while True:
         files = event_files(log_dir)
         if files and files[-1] != current:
-            current, offset, pending = files[-1], 0, b""  # a new month started
+            if current is not None:
+                yield from _read_from(current, offset, wanted)[0]  # the old month's last lines
+            current, offset = files[-1], 0
         if current is not None:
-            with open(current, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-            offset += len(chunk)
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                event = parse_line(line)
-                if event is not None and wanted.matches(event):
-                    yield event
+            found, offset = _read_from(current, offset, wanted)
+            yield from found
         time.sleep(FOLLOW_INTERVAL_S)
+
+
+def _read_from(path: Path, offset: int, wanted: EventFilter) -> tuple[list[dict[str, Any]], int]:
+    """Matching events in complete lines from `offset` on, and the offset after the last one."""
+    found: list[dict[str, Any]] = []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            pending = b""
+            while chunk := handle.read(_CHUNK):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    event = parse_line(line)
+                    if event is not None and wanted.matches(event):
+                        found.append(event)
+            # A line still being written is read again, whole, on the next pass.
+            return found, handle.tell() - len(pending)
+    except OSError:
+        return found, offset

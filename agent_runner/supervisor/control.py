@@ -19,7 +19,10 @@ def request_stop(config: Config, *, after_round: bool, timeout_s: float) -> str:
     if holder is None:
         raise AgentRunnerError(f"no serve is running for {config.runtime.work_dir}")
     # read_holder verified the pid's start time, so this cannot hit a recycled pid.
-    pidfd = os.pidfd_open(holder.pid)
+    try:
+        pidfd = os.pidfd_open(holder.pid)
+    except ProcessLookupError:
+        return f"serve (pid {holder.pid}) had already stopped"
     try:
         started = time.monotonic()
         signal.pidfd_send_signal(pidfd, AFTER_ROUND_SIGNAL if after_round else signal.SIGTERM)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +130,20 @@ def test_sandbox_require_boots_only_at_the_full_tier(project: Project) -> None:
         assert done.returncode == 0, done.stderr
         assert degraded == []
         assert project.events("round_start")
+
+
+def test_events_follow_prints_history_then_new_events(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
+    assert project.cli("serve").returncode == 0
+    argv = [sys.executable, "-m", "agent_runner", "events", "--follow", "--json"]
+    argv += ["--kind", "round_end", "--config", str(project.config_path)]
+    follower = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert follower.stdout is not None
+    try:
+        assert json.loads(follower.stdout.readline())["round"] == 1  # history
+        assert project.cli("serve").returncode == 0
+        assert json.loads(follower.stdout.readline())["round"] == 2  # followed
+    finally:
+        follower.kill()
+        follower.wait()
+        follower.stdout.close()

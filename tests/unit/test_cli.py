@@ -108,3 +108,13 @@ def test_any_malformed_config_exits_78_with_one_line(
         assert code == 78, captured.err
         assert captured.err.count("\n") == 1, captured.err
         assert captured.err.startswith(f"agent-runner: {path}: ")
+
+
+def test_init_force_never_overwrites_an_existing_prompt(tmp_path: Path) -> None:
+    target = tmp_path / "agent-runner.toml"
+    assert run(["init", "--config", str(target)]) == 0
+    prompt = tmp_path / "prompts" / "main.md"
+    prompt.write_text("my carefully written prompt\n")
+    assert run(["init", "--force", "--preset", "codex", "--config", str(target)]) == 0
+    assert prompt.read_text() == "my carefully written prompt\n"
+    assert load_config(target).agent.preset == "codex"
