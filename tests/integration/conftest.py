@@ -125,5 +125,10 @@ def project(tmp_path: Path) -> Iterator[Project]:
     yield proj
     for child in proj.children:
         if child.poll() is None:
-            child.kill()
-            child.wait()
+            # SIGTERM first: serve then takes its agent down with it; SIGKILL would orphan it.
+            child.terminate()
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
