@@ -14,6 +14,7 @@ from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavai
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
+from agent_runner.systemd import unit_state
 
 Level = Literal["ok", "warn", "FAIL"]
 
@@ -42,6 +43,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _work_tree,
         _log_dir,
         _serve_running,
+        _systemd_unit,
     ]
     if sandbox:
         probes.append(_sandbox)
@@ -121,6 +123,14 @@ def _log_dir(config: Config) -> Iterator[Check]:
         )
         return
     yield Check("log_dir", "ok", str(log_dir))
+
+
+def _systemd_unit(config: Config) -> Iterator[Check]:
+    state = unit_state(config.runtime.work_dir)
+    if state is None:
+        yield Check("systemd unit", "ok", "not installed; serve runs in the foreground")
+    else:
+        yield Check("systemd unit", "ok", f"{state['unit']} ({state['scope']}): {state['active']}")
 
 
 def _serve_running(config: Config) -> Iterator[Check]:
