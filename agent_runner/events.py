@@ -115,6 +115,26 @@ def redact(text: str) -> str:
     return text
 
 
+_SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(key|token|secret|passw|credential|auth)[\w-]*$")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """argv with the values of secret-looking flags (`--api-key X`, `--token=X`) redacted."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        flag, eq, _value = arg.partition("=")
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif eq and _SECRET_FLAG.match(flag):
+            out.append(f"{flag}={REDACTED}")
+        else:
+            out.append(arg)
+            hide_next = bool(_SECRET_FLAG.match(arg))
+    return out
+
+
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)

@@ -12,7 +12,7 @@ from agent_runner import vcs
 from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.errors import GitError
-from agent_runner.events import Emit
+from agent_runner.events import Emit, redact_argv
 from agent_runner.parsers import Findings, parse_transcript, report_findings
 from agent_runner.supervisor.dirty import TreeReport, secure_tree
 from agent_runner.supervisor.process import (
@@ -187,4 +187,4 @@ def current_head(work_dir: Path) -> str | None:
 
 def _loggable_argv(argv: list[str], delivery: str) -> list[str]:
     # The prompt may be long and private; the event names the program and its flags only.
-    return [*argv[:-1], "<prompt>"] if delivery == "argv" else argv
+    return redact_argv([*argv[:-1], "<prompt>"] if delivery == "argv" else argv)

@@ -17,6 +17,7 @@ from agent_runner.events import (
     format_ts,
     iter_events,
     redact,
+    redact_argv,
     render_docs,
     tail_events,
 )
@@ -259,3 +260,20 @@ def test_a_console_that_goes_away_does_not_stop_the_log(tmp_path: Path) -> None:
     log.emit("round_start", round=1)
     log.emit("round_start", round=2)
     assert [e["round"] for e in iter_events(log.log_dir)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["claude", "--api-key", "abc", "-p"], ["claude", "--api-key", "[REDACTED]", "-p"]),
+        (["x", "--token=abc", "--model=o"], ["x", "--token=[REDACTED]", "--model=o"]),
+        (["x", "--auth-header", "Basic z", "y"], ["x", "--auth-header", "[REDACTED]", "y"]),
+        (
+            ["aider", "--message", "fix the key parser"],
+            ["aider", "--message", "fix the key parser"],
+        ),
+        (["x", "--password"], ["x", "--password"]),
+    ],
+)
+def test_secret_flag_values_are_redacted_from_argv(argv: list[str], expected: list[str]) -> None:
+    assert redact_argv(argv) == expected
