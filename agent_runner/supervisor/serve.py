@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import sys
@@ -24,7 +23,7 @@ from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome,
 from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
-from agent_runner.supervisor.state import read_state, write_state
+from agent_runner.supervisor.state import loop_from_state, read_state, write_state
 from agent_runner.supervisor.stopping import StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
 
@@ -96,7 +95,7 @@ class Serve:
         previous = read_state(self.config.runtime.log_dir)
         number = previous.get("last_round_number", 0)
         self.last_round = number if type(number) is int and number >= 0 else 0
-        self.loop = _loop_from_state(
+        self.loop = loop_from_state(
             previous.get("loop"),
             clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
             latest=self.clock.now() + self.config.backoff.max_wait_s,
@@ -332,39 +331,3 @@ class Serve:
                 self.events.emit("state_write_failed", reason=str(exc))
         else:
             self._state_error = None
-
-
-def _loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
-    """What a previous serve left that must survive a restart: the back-off, always; the
-    breaker counters only after an unclean death (a deliberate restart starts them afresh).
-
-    state.json is ours, but a damaged one must cost the counters, never the supervisor.
-    """
-    if not isinstance(raw, dict):
-        return LoopState()
-    counters = {
-        k: raw.get(k, 0) for k in ("failures", "crash_streak", "stall_streak", "auth_streak")
-    }
-    streaks = raw.get("transient_streaks") or {}
-    until, klass, source = (
-        raw.get("backoff_until"),
-        raw.get("backoff_class"),
-        raw.get("backoff_source"),
-    )
-    valid = (
-        all(type(v) is int and v >= 0 for v in counters.values())
-        and isinstance(streaks, dict)
-        and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in streaks.items())
-        and (until is None or (isinstance(until, int | float) and math.isfinite(until)))
-        and (klass is None or isinstance(klass, str))
-        and source in (None, "server", "estimated")
-    )
-    if not valid:
-        return LoopState()
-    return LoopState(
-        **({} if clean_exit else counters),
-        transient_streaks=dict(streaks),
-        backoff_until=None if until is None else min(until, latest),
-        backoff_class=klass,
-        backoff_source=source,
-    )

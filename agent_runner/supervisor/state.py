@@ -7,9 +7,12 @@ never a mix: the writer renames a fully written temporary file over it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
+
+from agent_runner.supervisor.policy import LoopState
 
 STATE_NAME = "state.json"
 
@@ -46,3 +49,39 @@ def read_state(log_dir: Path) -> dict[str, Any]:
         except ValueError:
             return {}
     return state if isinstance(state, dict) else {}
+
+
+def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
+    """What a previous serve left that must survive a restart: the back-off, always; the
+    breaker counters only after an unclean death (a deliberate restart starts them afresh).
+
+    state.json is ours, but a damaged one must cost the counters, never the supervisor.
+    """
+    if not isinstance(raw, dict):
+        return LoopState()
+    counters = {
+        k: raw.get(k, 0) for k in ("failures", "crash_streak", "stall_streak", "auth_streak")
+    }
+    streaks = raw.get("transient_streaks") or {}
+    until, klass, source = (
+        raw.get("backoff_until"),
+        raw.get("backoff_class"),
+        raw.get("backoff_source"),
+    )
+    valid = (
+        all(type(v) is int and v >= 0 for v in counters.values())
+        and isinstance(streaks, dict)
+        and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in streaks.items())
+        and (until is None or (isinstance(until, int | float) and math.isfinite(until)))
+        and (klass is None or isinstance(klass, str))
+        and source in (None, "server", "estimated")
+    )
+    if not valid:
+        return LoopState()
+    return LoopState(
+        **({} if clean_exit else counters),
+        transient_streaks=dict(streaks),
+        backoff_until=None if until is None else min(until, latest),
+        backoff_class=klass,
+        backoff_source=source,
+    )

@@ -1,0 +1,79 @@
+"""state.json: atomic writes, tolerant reads, and what of the loop survives a restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_runner.supervisor.policy import LoopState
+from agent_runner.supervisor.state import loop_from_state, read_state, write_state
+
+NOW = 1_800_000_000.0
+SAVED: dict[str, Any] = {
+    "failures": 2,
+    "crash_streak": 2,
+    "stall_streak": 1,
+    "auth_streak": 1,
+    "transient_streaks": {"rate_limit_account": 3},
+    "backoff_until": NOW + 600,
+    "backoff_class": "rate_limit_account",
+    "backoff_source": "server",
+}
+
+
+def test_write_then_read_round_trips(tmp_path: Path) -> None:
+    write_state(tmp_path, {"round": {"number": 3}})
+    assert read_state(tmp_path) == {"round": {"number": 3}}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"], "no temp file is left"
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b"[1, 2]", b"\x00\xff"])
+def test_unreadable_state_reads_as_empty(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "state.json").write_bytes(content)
+    assert read_state(tmp_path) == {}
+
+
+def test_a_symlinked_state_file_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"secret": 1}))
+    (tmp_path / "state.json").symlink_to(tmp_path / "elsewhere.json")
+    assert read_state(tmp_path) == {}
+
+
+def test_after_an_unclean_death_everything_survives() -> None:
+    state = loop_from_state(SAVED, clean_exit=False, latest=NOW + 10_000)
+    assert state == LoopState(**SAVED)
+
+
+def test_after_a_deliberate_restart_only_the_backoff_survives() -> None:
+    state = loop_from_state(SAVED, clean_exit=True, latest=NOW + 10_000)
+    assert (state.crash_streak, state.stall_streak, state.auth_streak, state.failures) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert (state.backoff_until, state.backoff_class) == (NOW + 600, "rate_limit_account")
+
+
+def test_a_stored_backoff_is_never_trusted_past_the_cap() -> None:
+    state = loop_from_state({**SAVED, "backoff_until": 1e18}, clean_exit=False, latest=NOW + 60)
+    assert state.backoff_until == NOW + 60
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"crash_streak": -1},
+        {"failures": "2"},
+        {"backoff_until": "soon"},
+        {"backoff_until": float("nan")},
+        {"transient_streaks": {"x": -1}},
+        {"backoff_source": "rumour"},
+        {"backoff_class": 5},
+    ],
+)
+def test_damaged_counters_reset_to_a_fresh_loop(damage: dict[str, Any]) -> None:
+    assert loop_from_state({**SAVED, **damage}, clean_exit=False, latest=NOW) == LoopState()
