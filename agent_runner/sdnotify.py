@@ -17,6 +17,7 @@ class Notifier:
         self.address = "\0" + address[1:] if address.startswith("@") else address
         self.watchdog_interval_s = _watchdog_interval(env)
         self._sock: socket.socket | None = None
+        self._last_status = ""
 
     @property
     def enabled(self) -> bool:
@@ -30,13 +31,17 @@ class Notifier:
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._sock.sendto(message, self.address)
+            # MSG_DONTWAIT: a reader that stopped reading must never stall the supervisor.
+            self._sock.sendto(message, socket.MSG_DONTWAIT, self.address)
         except OSError:
-            # systemd gone or socket full: the supervisor must keep supervising regardless.
+            # systemd gone or its queue full: the supervisor keeps supervising regardless.
             pass
 
     def status(self, text: str) -> None:
-        self.send(STATUS=text)
+        """STATUS=, sent only when the text changed."""
+        if text != self._last_status:
+            self._last_status = text
+            self.send(STATUS=text)
 
     def close(self) -> None:
         if self._sock is not None:

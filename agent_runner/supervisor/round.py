@@ -66,6 +66,7 @@ class RoundRunner:
     on_spawn: Callable[[int, AgentProcess], None]
     in_git: bool = True
     tick: Callable[[], None] = lambda: None
+    tick_s: float = STOP_FILE_CHECK_S
     keep_pids: Callable[[], Collection[int]] = tuple
 
     def run(self, number: int, prompt: bytes, head_before: str | None) -> RoundResult:
@@ -144,7 +145,7 @@ class RoundRunner:
                 self.emit("round_timeout_kill", round=number, budget_s=budget_s)
                 agent.terminate(grace_s)
                 return "timeout"
-            if agent.wait(min(remaining, STOP_FILE_CHECK_S), wake_fd=self.stop.wake_fd):
+            if agent.wait(min(remaining, self.tick_s), wake_fd=self.stop.wake_fd):
                 return None
             self.tick()
             self.stop.drain()

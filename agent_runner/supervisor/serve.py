@@ -24,10 +24,10 @@ from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
 from agent_runner.supervisor.state import loop_from_state, read_state, write_state
-from agent_runner.supervisor.stopping import StopControl
+from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
 
-DRAIN_EXTEND_USEC = 5_000_000
+DRAIN_EXTEND_USEC = 15_000_000
 PROMPT_RETRY_S = 2.0
 
 
@@ -205,6 +205,7 @@ class Serve:
             on_spawn=self._on_spawn,
             in_git=self.in_git,
             tick=self._round_tick,
+            tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
         )
         # HEAD as the last round left it: the only process between rounds is this one.
         result = runner.run(self.last_round, prompt, self.head)
@@ -299,12 +300,13 @@ class Serve:
             self.notifier.send(STOPPING=1)
 
     def _round_tick(self) -> None:
-        """Called about once a second while the agent runs: watchdog and STATUS upkeep."""
+        """Called every few seconds while the agent runs: watchdog and STATUS upkeep."""
         self._watchdog()
         if self.stop.requested:
             self._note_stop()
         if self.stop.mode == "finish_round":
-            # Draining a round can outlast TimeoutStopSec: keep asking systemd for more time.
+            # Draining a round can outlast TimeoutStopSec: keep asking systemd for more time
+            # (each extension outlasts the interval between two of them).
             self.notifier.send(EXTEND_TIMEOUT_USEC=DRAIN_EXTEND_USEC)
         if self.notifier.enabled:
             started = self._state.get("round") or {}

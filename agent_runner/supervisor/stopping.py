@@ -18,7 +18,9 @@ from agent_runner.events import Emit
 
 # SIGUSR1 is what `agent-runner stop --after-round` sends.
 AFTER_ROUND_SIGNAL = signal.SIGUSR1
-STOP_FILE_CHECK_S = 1.0
+# Signals wake every wait at once; only the stop file is looked for, this often. Each look
+# costs a wakeup, and a supervisor must cost next to nothing while an agent works for hours.
+STOP_FILE_CHECK_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 Mode = Literal["terminate", "finish_round"]

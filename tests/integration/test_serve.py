@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -261,49 +262,59 @@ def test_restart_only_changes_are_deferred(project: Project) -> None:
     assert events.of("config_reload_deferred")[0]["changed"] == ["plugins.sandbox"]
 
 
-def test_sd_notify_messages_arrive_in_order(project: Project, tmp_path: Path) -> None:
-    address = str(tmp_path / "notify.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.bind(address)
-        sock.settimeout(10)
-        project.write_config(agent("exits_with.py", "0", "1.2"), runtime={"max_rounds": 1})
-        env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "400000"}
-        done = project.cli("serve", env=env)
-        assert done.returncode == 0, done.stderr
-        messages = []
-        sock.settimeout(0.2)
-        while True:
+class NotifyListener:
+    """A stand-in for systemd: a datagram socket read continuously, as systemd reads it."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.messages: list[str] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._done.is_set():
             try:
-                messages.append(sock.recv(4096).decode())
+                self.messages.append(self.sock.recv(4096).decode())
             except TimeoutError:
-                break
+                continue
+
+    def close(self) -> list[str]:
+        time.sleep(0.2)  # let the last datagrams land
+        self._done.set()
+        self._thread.join()
+        self.sock.close()
+        return self.messages
+
+
+def test_sd_notify_messages_arrive_in_order(project: Project, tmp_path: Path) -> None:
+    listener = NotifyListener(tmp_path / "notify.sock")
+    project.write_config(agent("exits_with.py", "0", "1.2"), runtime={"max_rounds": 1})
+    env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "400000"}
+    done = project.cli("serve", env=env)
+    messages = listener.close()
+    assert done.returncode == 0, done.stderr
     assert messages[0].startswith("READY=1")
     assert any(m.startswith("STATUS=round 1 running") for m in messages)
-    assert sum(m == "WATCHDOG=1" for m in messages) >= 2
-    assert messages[-1].startswith("STOPPING=1")
+    assert sum(m == "WATCHDOG=1" for m in messages) >= 3  # every 0.2 s, during the round too
+    assert messages[-1] == "STOPPING=1"
 
 
 def test_sd_notify_extends_the_stop_timeout_while_a_round_drains(
     project: Project, tmp_path: Path
 ) -> None:
-    address = str(tmp_path / "notify.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.bind(address)
-        project.write_config(agent("exits_with.py", "0", "2.5"))
-        serve = project.start(env={"NOTIFY_SOCKET": address})
-        project.wait_for("agent_spawn")
-        assert project.cli("stop", "--after-round", "--timeout", "10").returncode == 0
-        assert serve.wait(timeout=5) == 0
-        sock.settimeout(0.2)
-        messages = []
-        while True:
-            try:
-                messages.append(sock.recv(4096).decode())
-            except TimeoutError:
-                break
-    assert "EXTEND_TIMEOUT_USEC=5000000" in messages
+    listener = NotifyListener(tmp_path / "notify.sock")
+    project.write_config(agent("exits_with.py", "0", "2.5"))
+    serve = project.start(env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    project.wait_for("agent_spawn")
+    assert project.cli("stop", "--after-round", "--timeout", "10").returncode == 0
+    assert serve.wait(timeout=5) == 0
+    messages = listener.close()
+    assert "EXTEND_TIMEOUT_USEC=15000000" in messages
     # systemd hears of the stop as soon as it is asked for, before the round drains.
-    assert messages.index("STOPPING=1") < messages.index("EXTEND_TIMEOUT_USEC=5000000")
+    assert messages.index("STOPPING=1") < messages.index("EXTEND_TIMEOUT_USEC=15000000")
 
 
 def test_sd_notify_abstract_socket(project: Project) -> None:

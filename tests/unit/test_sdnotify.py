@@ -46,3 +46,26 @@ def test_a_vanished_socket_never_raises(tmp_path: Path) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")})
     notifier.send(WATCHDOG=1)
     notifier.close()
+
+
+def test_a_reader_that_never_reads_cannot_block_the_sender(tmp_path: Path) -> None:
+    path = str(tmp_path / "n.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        notifier = Notifier({"NOTIFY_SOCKET": path})
+        for _ in range(10_000):  # far more than a datagram queue holds
+            notifier.send(WATCHDOG=1)
+        notifier.close()
+
+
+def test_status_is_sent_only_when_it_changes(tmp_path: Path) -> None:
+    path = str(tmp_path / "n.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(0.2)
+        notifier = Notifier({"NOTIFY_SOCKET": path})
+        for text in ("round 1 running 0m", "round 1 running 0m", "round 1 running 1m"):
+            notifier.status(text)
+        notifier.close()
+        assert sock.recv(100) == b"STATUS=round 1 running 0m"
+        assert sock.recv(100) == b"STATUS=round 1 running 1m"
