@@ -82,11 +82,13 @@ def backoff_until(
     `jitter` in [0, 1) spreads server-timed retries by up to 5 s (less for short waits).
     """
     latest = now + b.max_wait_s
-    if reset_at is not None:
+    if reset_at is not None and reset_at > now:
         # The server knows when the quota refills: obey it, spread a little, never past the cap.
-        wait = max(reset_at - now, 0.0)
+        wait = reset_at - now
         spread = jitter * min(SERVER_JITTER_MAX_S, SERVER_JITTER_SHARE * wait)
         return min(now + wait + spread, latest), "server"
+    # No reset time, or one already past (a stale or misread one): the refusal is fresh, so
+    # climb the ladder rather than retry at once; transient rounds never trip a breaker.
     wait = min(b.estimated_base_s * 2.0 ** (streak - 1), b.estimated_max_s)
     return min(now + wait, latest), "estimated"
 

@@ -132,10 +132,13 @@ def test_server_reset_time_is_capped_at_max_wait() -> None:
     assert decision.until == NOW + 691_200
 
 
-def test_reset_time_in_the_past_retries_now() -> None:
+def test_reset_time_in_the_past_falls_back_to_the_ladder() -> None:
     limited = Outcome("error", 1, False, transient="rate_limit_account", reset_at=NOW - 50)
-    _, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.9)
-    assert decision.until == NOW
+    decisions = replay([limited, limited])
+    assert [(d.until, d.source) for d in decisions] == [
+        (NOW + 60, "estimated"),
+        (NOW + 120, "estimated"),
+    ]
 
 
 def test_estimated_backoff_ladder_doubles_per_class_and_caps() -> None:
@@ -181,4 +184,5 @@ def test_any_history_keeps_waits_within_bounds(history: list[Outcome]) -> None:
     for decision in replay(history):
         assert 0 <= decision.delay_s <= LIMITS.max_restart_delay_s
         if decision.until is not None:
-            assert NOW <= decision.until <= NOW + LIMITS.backoff.max_wait_s
+            # Every back-off waits: a transient never turns into an immediate retry.
+            assert NOW < decision.until <= NOW + LIMITS.backoff.max_wait_s
