@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -225,3 +226,16 @@ def test_presets_ask_each_cli_for_the_output_its_parser_reads() -> None:
     assert aider["prompt_delivery"] == "argv"
     assert {"--yes-always", "--no-stream"} <= set(aider["command"])
     assert demo["command"] == ["python3", "-m", "agent_runner.demo_agent"]
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_at_the_transcript_path_is_not_read_and_does_not_block(tmp_path: Path) -> None:
+    path = tmp_path / "round-000001.log"
+    os.mkfifo(path)
+    assert parse_transcript("claude", path, now=NOW) == Findings()
+
+
+def test_a_symlink_at_the_transcript_path_is_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "round-000001.log"
+    path.symlink_to(LIMIT)
+    assert parse_transcript("claude", path, now=NOW) == Findings()
