@@ -30,7 +30,7 @@ TAIL_BYTES = 256 * 1024
 Parser = Callable[..., Findings]
 
 
-def _parse_nothing(tail: bytes, *, now: float) -> Findings:
+def _parse_nothing(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     return Findings()
 
 
@@ -47,8 +47,15 @@ _PARSERS: dict[str, Parser] = {
 PARSER_NAMES: frozenset[str] = frozenset(_PARSERS)
 
 
-def parse_transcript(parser: str, path: Path, *, now: float) -> Findings:
-    """Read the tail of `path` and report. Unknown parser: KeyError; unreadable file: Findings()."""
+def parse_transcript(
+    parser: str, path: Path, *, now: float, exit_cause: str | None = None
+) -> Findings:
+    """Read the tail of `path` and report. Unknown parser: KeyError; unreadable file: Findings().
+
+    After a `clean` exit, findings read from prose (the plain-text fallbacks) are dropped: the
+    CLI said it succeeded, so a limit message in its text is the agent's own words. Structured
+    JSON findings still count.
+    """
     parse = _PARSERS[parser]
     if parse is _parse_nothing:
         return Findings()
@@ -56,7 +63,7 @@ def parse_transcript(parser: str, path: Path, *, now: float) -> Findings:
         tail = read_tail(path, TAIL_BYTES)
     except OSError:
         return Findings()
-    return parse(tail, now=now)
+    return parse(tail, now=now, prose=exit_cause != "clean")
 
 
 def report_findings(findings: Findings, *, round_no: int, emit: Callable[..., Any]) -> None:

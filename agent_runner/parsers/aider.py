@@ -1,7 +1,8 @@
-"""aider, plain text: litellm errors after the last reply, and the "Tokens: … Cost: …" lines.
+"""aider, plain text: its own error lines after the last reply, and the "Tokens: … Cost: …" lines.
 
-aider prints a Tokens line after every successful reply, so only what follows the last
-one can explain why the round stopped; "Retrying in N seconds" is aider's own pacing.
+aider prints a Tokens line after every reply, then "Applied edit to …" and "Commit <sha> <message>"
+(text the model wrote), so only aider's error shapes after the last Tokens line count: litellm
+exception lines, aider's explanations of them, and what it printed before "Retrying in N seconds".
 """
 
 from __future__ import annotations
@@ -21,17 +22,46 @@ _TOKENS = re.compile(
 _COST = re.compile(rf"Cost: \$(?P<message>{_NUMBER}) message, \$(?P<session>{_NUMBER}) session")
 _MODEL = re.compile(r"^(?:Main )?[Mm]odel: (?P<model>\S+)")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
+# str() of a litellm exception, and the explanations aider prints for them (aider/exceptions.py).
+_ERROR_LINE = re.compile(
+    r"^(?:litellm\.\w+:|The API provider (?:has rate limited you|is not able to authenticate you"
+    r"|timed out without returning|'s servers are down or overloaded))"
+)
+_RETRYING = re.compile(r"^Retrying in \d+(?:\.\d+)? seconds")
+# aider's reports of its own actions; the commit message on a Commit line is the model's text.
+_ACTION = re.compile(r"^(?:Applied edit to |Did not apply edit to |Commit [0-9a-f]{7,40} )")
+_RETRY_CONTEXT_LINES = 2
 
 
-def parse(tail: bytes, *, now: float) -> Findings:
-    """Findings in the tail of an aider `--message` transcript."""
-    lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
-    reports = [(i, m) for i, line in enumerate(lines) if (m := _TOKENS.match(line.strip()))]
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the tail of an aider `--message` transcript.
+
+    aider exits 0 even after giving up on the API, so its own error lines count whatever the
+    exit; `prose` off drops only the weaker evidence, unshaped lines before "Retrying in".
+    """
+    lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines()]
+    lines = [line for line in lines if line]
+    reports = [(i, m) for i, line in enumerate(lines) if (m := _TOKENS.match(line))]
     after = lines[reports[-1][0] + 1 :] if reports else lines
-    found = text.scan_lines(after[-text.WINDOW_LINES :], now=now)
-    model = next((m.group("model") for line in lines if (m := _MODEL.match(line.strip()))), None)
+    errors = _error_lines(after[-text.WINDOW_LINES :], retry_context=prose)
+    found = text.scan_messages(errors, now=now)
+    model = next((m.group("model") for line in lines if (m := _MODEL.match(line))), None)
     usage = _usage([m for _, m in reports], [lines[i] for i, _ in reports], model)
     return Findings(transient=found.transient, auth_error=found.auth_error, usage=usage)
+
+
+def _error_lines(lines: list[str], *, retry_context: bool) -> list[str]:
+    picked = [False] * len(lines)
+    for i, line in enumerate(lines):
+        if _ACTION.match(line):
+            continue
+        if _ERROR_LINE.match(line):
+            picked[i] = True
+        elif _RETRYING.match(line) and retry_context:
+            # aider prints the exception (any shape) and its explanation just before.
+            for j in range(max(0, i - _RETRY_CONTEXT_LINES), i):
+                picked[j] = picked[j] or not _ACTION.match(lines[j])
+    return [line for line, keep in zip(lines, picked, strict=True) if keep]
 
 
 def _usage(

@@ -27,13 +27,16 @@ _ASSISTANT_ERRORS = {
 _MODEL_LIMITS = ("opus", "sonnet", "haiku")
 
 
-def parse(tail: bytes, *, now: float) -> Findings:
-    """Findings in the tail of a stream-json transcript (plain text if it holds no JSON)."""
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the tail of a stream-json transcript (plain text if it holds no JSON).
+
+    `prose` off: only the JSON events count, never the plain-text fallback.
+    """
     decoded = tail.decode("utf-8", "replace")
     lines = split_lines(decoded)
     events = [obj for _, objects in lines for obj in objects]
     if not events:
-        return text.parse(tail, now=now)
+        return text.parse(tail, now=now, prose=prose)
     model: str | None = None
     rejected: dict[str, Transient] = {}
     others: list[Transient | None] = []
@@ -62,11 +65,17 @@ def parse(tail: bytes, *, now: float) -> Findings:
     # any reset, the rejected window names the limit better than a bare status code.
     exact = [t for t in rejected.values() if t.reset_at is not None]
     transient = pick_transient(exact) or pick_transient([*others, *rejected.values()])
-    if transient is None and auth is None:
-        plain = [line for line, objects in lines if not objects and line.strip()]
+    if prose and transient is None and auth is None:
+        # A torn JSON line is the agent's own text cut off by a kill, never a CLI message.
+        plain = [line for line, objects in lines if not objects and not _torn_json(line)]
         fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
         transient, auth = fallback.transient, fallback.auth_error
     return Findings(transient=transient, auth_error=auth, usage=usage)
+
+
+def _torn_json(line: str) -> bool:
+    stripped = line.strip()
+    return not stripped or stripped.startswith("{")
 
 
 def _track_rate_limit(info: dict[str, Any], rejected: dict[str, Transient]) -> None:

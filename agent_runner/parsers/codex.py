@@ -16,12 +16,15 @@ _DONE = frozenset({"turn.completed", "task_complete"})
 _ERRORS = frozenset({"error", "turn.failed", "stream_error"})
 
 
-def parse(tail: bytes, *, now: float) -> Findings:
-    """Findings in the tail of a `codex exec --json` transcript."""
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the tail of a `codex exec --json` transcript.
+
+    `prose` off: only the JSON events count, never the plain-text fallback.
+    """
     lines = split_lines(tail.decode("utf-8", "replace"))
     events = [_normalise(obj) for _, objects in lines for obj in objects]
     if not events:
-        return text.parse(tail, now=now)
+        return text.parse(tail, now=now, prose=prose)
     model: str | None = None
     usage_fields: dict[str, Any] | None = None
     messages: list[str] = []
@@ -44,8 +47,8 @@ def parse(tail: bytes, *, now: float) -> Findings:
     usage = _usage(usage_fields, model) if usage_fields is not None else None
     if finished:
         return Findings(usage=usage)
-    found = text.scan_lines(messages, now=now)
-    if found.transient is None and found.auth_error is None:
+    found = text.scan_messages(messages, now=now)
+    if prose and found.transient is None and found.auth_error is None:
         plain = [line for line, objects in lines if not objects and line.strip()]
         found = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
     return Findings(transient=found.transient, auth_error=found.auth_error, usage=usage)

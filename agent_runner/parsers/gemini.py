@@ -1,7 +1,8 @@
 """Gemini CLI `--output-format json` (one pretty-printed object) and `stream-json` events.
 
-The last object with `response`, `stats` or `error` is the outcome; without an error the
-round went through. Quota errors state their reset as "reset after 1h2m3s" or a retry delay.
+The last outcome (a `result` event, a fatal `error` event, or the json-mode object) decides,
+never tool output; without an error the round went through. Quota errors state their reset
+as "reset after 1h2m3s" or a retry delay.
 """
 
 from __future__ import annotations
@@ -29,26 +30,45 @@ _OUTCOME_KEYS = ("response", "stats", "error")
 _AUTH_EXIT_CODE = 41
 
 
-def parse(tail: bytes, *, now: float) -> Findings:
-    """Findings in the tail of a Gemini CLI headless transcript."""
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the tail of a Gemini CLI headless transcript.
+
+    `prose` off: only the CLI's JSON objects count, never the plain-text fallback.
+    """
     decoded = tail.decode("utf-8", "replace")
     lines = split_lines(decoded)
     objects = [obj for _, found in lines for obj in found] + pretty_printed_objects(decoded)
     model = next((as_str(o.get("model")) for o in objects if o.get("type") == "init"), None)
-    outcomes = [
-        o for o in objects if o.get("type") == "result" or any(k in o for k in _OUTCOME_KEYS)
-    ]
+    outcomes = [o for o in objects if _is_outcome(o)]
     outcome = outcomes[-1] if outcomes else None
     usage = _usage(as_dict(outcome.get("stats")), model) if outcome is not None else None
-    error = as_dict(outcome.get("error")) if outcome is not None else {}
+    error = _outcome_error(outcome) if outcome is not None else {}
     if outcome is not None and not error and outcome.get("status") != "error":
         return Findings(usage=usage)
     transient, auth = _error(error, now) if error else (None, None)
-    if transient is None and auth is None:
+    if prose and transient is None and auth is None:
         plain = [line for line, found in lines if not found and line.strip()]
         fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
         transient, auth = fallback.transient, fallback.auth_error
     return Findings(transient=transient, auth_error=auth, usage=usage)
+
+
+def _is_outcome(obj: dict[str, Any]) -> bool:
+    """The CLI's own verdict: a `result` event, a fatal `error` event, or the json-mode object.
+
+    Other stream events (`tool_result` above all) carry tool output, which may hold any error.
+    """
+    kind = obj.get("type")
+    if kind is None:
+        return any(key in obj for key in _OUTCOME_KEYS)
+    return kind == "result" or (kind == "error" and obj.get("severity") == "error")
+
+
+def _outcome_error(outcome: dict[str, Any]) -> dict[str, Any]:
+    if outcome.get("type") == "error":
+        # A fatal stream error event: its status, when present, is the HTTP code.
+        return {"type": "Error", "message": outcome.get("message"), "code": outcome.get("status")}
+    return as_dict(outcome.get("error"))
 
 
 def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None]:

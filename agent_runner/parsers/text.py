@@ -1,14 +1,14 @@
 """Plain-text fallback: the limit, error and log-in messages CLIs print without JSON.
 
-Only the last lines are read, and only anchored phrases count, so an agent that merely
-wrote about rate limits in its work does not trigger a back-off.
+Only the last lines are read, and only lines shaped like a CLI's own message count (anchored
+at the line start), so an agent that merely wrote about rate limits does not trigger a back-off.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent_runner.parsers.findings import Findings, Transient, pick_transient
 from agent_runner.parsers.resets import parse_clock, parse_duration
@@ -28,6 +28,32 @@ _AT = re.compile(
     r"(?i)\b(?:resets?(?:\s+at)?|will reset(?:\s+at)?|try again(?:\s+at)?|available again(?:\s+at)?"
     r"|cycle ends on)\s+"
 )
+
+# What may precede a CLI's message on its line: a TUI glyph, a "[timestamp]", an opening "[".
+_LEAD = r"^\s*(?:[⎿●■✗✘\u00d7⚠❌]\ufe0f?\s*)?(?:\[[^\]\n]{1,40}\]\s*)?\[?"
+_STATUS_TEXT = (
+    r"too many requests|internal server error|bad gateway|service unavailable|gateway time-?out"
+    r"|request time-?out|unauthorized|forbidden"
+)
+_LIMIT_END = r"\s*(?:[|·∙•.,:;!]|$)"
+# The shapes of the CLIs' own error, limit and log-in lines; prose that mentions the same
+# words mid-sentence or in a bullet list is not one of them.
+_CLI_SHAPES = (
+    r"(?:api |fatal |stream |unexpected )?error\b(?:\s*[:(\[]| when\b| \d{3}\b)",
+    r"(?:litellm|openai|anthropic|google|httpx)\.[\w.]*\s*:",
+    r"(?:terminal|retryable)quotaerror\s*:|fatal\w*error\s*:",
+    rf"(?:claude(?: ai)? )?usage limit reached{_LIMIT_END}",
+    r"(?:5-hour|five-hour|weekly|daily|monthly|session|opus|sonnet|haiku)(?: weekly)?"
+    rf" limit reached{_LIMIT_END}",
+    r"you(?:'|\u2019)ve (?:hit|reached) your\b",
+    r"exceeded retry limit\b|attempt \d+ failed with status \d{3}\b|quota exceeded\b",
+    r"stream (?:error|disconnected)\b",
+    rf"(?:http(?:/[\d.]+)? )?\d{{3}} (?:{_STATUS_TEXT})\s*[.!]?\s*(?:$|[{{(:-])",
+    r"request timed out\.?\s*$",
+    r"invalid api key\b|not logged in\b|please run /login\b",
+    r"oauth token (?:has )?(?:expired|been revoked)\b",
+)
+_CLI_MESSAGE = re.compile(_LEAD + "(?:" + "|".join(_CLI_SHAPES) + ")", re.IGNORECASE)
 
 _WARNING = re.compile(r"(?i)approaching|will be reached|\d+\s*%\s*(?:of|used)|allowed_warning")
 _ACCOUNT_LIMIT = re.compile(
@@ -108,11 +134,27 @@ def classify_line(line: str) -> str | None:
     return None
 
 
+def is_cli_message(line: str) -> bool:
+    """True when a transcript line is shaped like a CLI's own error, limit or log-in message."""
+    return _CLI_MESSAGE.match(line[:MAX_MESSAGE_CHARS]) is not None
+
+
+def scan_messages(messages: Sequence[str], *, now: float) -> Findings:
+    """Transient and auth findings in error messages a CLI reported, oldest first."""
+    return _scan(messages, now, lambda _line: True)
+
+
 def scan_lines(lines: Sequence[str], *, now: float) -> Findings:
-    """Transient and auth findings in message lines, oldest first (usage is never guessed)."""
+    """Transient and auth findings in raw transcript lines: only CLI-shaped messages count."""
+    return _scan(lines, now, is_cli_message)
+
+
+def _scan(lines: Sequence[str], now: float, counts: Callable[[str], bool]) -> Findings:
     transients: list[Transient | None] = []
     auth: str | None = None
     for i, line in enumerate(lines):
+        if not counts(line):
+            continue
         classification = classify_line(line)
         if classification is not None:
             reset = find_reset(line, now)
@@ -122,6 +164,7 @@ def scan_lines(lines: Sequence[str], *, now: float) -> Findings:
             transients.append(Transient(classification, reset, short_redacted(line)))
         if looks_like_auth_failure(line):
             auth = short_redacted(line)
+    # Usage is never guessed from text.
     return Findings(transient=pick_transient(transients), auth_error=auth)
 
 
@@ -131,6 +174,8 @@ def last_lines(text: str, count: int = WINDOW_LINES) -> list[str]:
     return lines[-count:]
 
 
-def parse(tail: bytes, *, now: float) -> Findings:
-    """Findings in the last lines of a plain-text transcript."""
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the last lines of a plain-text transcript; none when `prose` is off."""
+    if not prose:
+        return Findings()
     return scan_lines(last_lines(tail.decode("utf-8", "replace")), now=now)

@@ -18,17 +18,69 @@ def fixture(name: str) -> Findings:
     return parse_transcript("aider", FIXTURES / name, now=NOW)
 
 
-def test_success_sums_each_reply_and_takes_the_session_cost() -> None:
+def test_success_reports_usage_and_a_commit_message_about_401_is_not_an_auth_failure() -> None:
     assert fixture("success.log") == Findings(
         usage=Usage(
             model=MODEL,
-            input_tokens=12_000 + 14_000,
-            output_tokens=1_200 + 345,
+            input_tokens=12_000,
+            output_tokens=1_200,
             cache_read_tokens=8_100,
             cache_creation_tokens=2_400,
-            cost_usd=0.08,
+            cost_usd=0.05,
         )
     )
+
+
+def test_a_commit_message_about_429_after_the_tokens_line_is_not_a_rate_limit() -> None:
+    found = fixture("success_commit_mentions_429.log")
+    assert (found.transient, found.auth_error) == (None, None)
+    assert found.usage == Usage(MODEL, 9_800, 512, None, None, 0.04)
+
+
+def test_each_reply_of_a_lint_fix_reflection_is_summed_with_the_session_cost() -> None:
+    tail = (
+        b"Tokens: 12k sent, 2.4k cache write, 8.1k cache hit, 1.2k received."
+        b" Cost: $0.05 message, $0.05 session.\n"
+        b"Applied edit to auth.py\n"
+        b"Commit 9f8e7d6 fix: return 401 Unauthorized when the API key is invalid\n"
+        b"# Fix any errors below, if possible.\n"
+        b"auth.py:3:1: F401 'os' imported but unused\n"
+        b"Tokens: 14k sent, 345 received. Cost: $0.03 message, $0.08 session.\n"
+        b"Applied edit to auth.py\n"
+        b"Commit 0a1b2c3 style: drop the unused import after 503 Service Unavailable fix\n"
+    )
+    assert parse(tail, now=NOW) == Findings(
+        usage=Usage(None, 12_000 + 14_000, 1_200 + 345, 8_100, 2_400, 0.08)
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "I added a retry for litellm.RateLimitError and 429 Too Many Requests.",
+        "Error: 401 Unauthorized is now mapped to a log-in prompt.",
+        "Applied edit to litellm_errors.py",
+    ],
+)
+def test_lines_that_are_not_aiders_error_shapes_do_not_count(line: str) -> None:
+    assert parse(f"Aider v0.86.1\n{line}\n".encode(), now=NOW) == Findings()
+
+
+def test_aiders_own_error_lines_count_after_a_clean_exit() -> None:
+    # aider exits 0 after giving up on the API, so a clean exit proves nothing here.
+    found = parse_transcript("aider", FIXTURES / "rate_limit.log", now=NOW, exit_cause="clean")
+    assert found.transient is not None
+    assert found.transient.classification == "rate_limit_model"
+    found = parse_transcript("aider", FIXTURES / "auth.log", now=NOW, exit_cause="clean")
+    assert found.auth_error is not None
+
+
+def test_an_unshaped_error_before_retrying_counts_only_after_a_failed_exit() -> None:
+    tail = b"OpenrouterException - upstream 503 Service Unavailable\nRetrying in 0.2 seconds...\n"
+    found = parse(tail, now=NOW)
+    assert found.transient is not None
+    assert found.transient.classification == "api_transient_5xx"
+    assert parse(tail, now=NOW, prose=False) == Findings()
 
 
 def test_rate_limit_with_only_aiders_own_retry_pacing_has_no_reset() -> None:

@@ -223,3 +223,26 @@ def test_model_comes_from_model_usage_when_the_init_line_is_gone() -> None:
         modelUsage={"claude-haiku-4-5": {"costUSD": 0.01}, "claude-opus-4-1": {"costUSD": 0.49}},
     )
     assert parse(tail, now=NOW).usage == Usage("claude-opus-4-1", 5, 7, None, None, 0.5)
+
+
+def test_agent_text_in_a_line_torn_by_a_timeout_kill_is_not_a_rate_limit() -> None:
+    init = (FIXTURES / "success.jsonl").read_bytes().splitlines(keepends=True)[0]
+    torn = (
+        b'{"type":"assistant","message":{"id":"msg_09","type":"message","role":"assistant",'
+        b'"content":[{"type":"text","text":"Done. 429 Too Many Requests now waits for the '
+        b"reset, and Error: 401 Unauthorized asks the user to log in; usage limit reached"
+    )
+    assert parse(init + torn, now=NOW) == Findings()
+    assert parse(torn, now=NOW) == Findings()
+
+
+def test_a_plain_text_limit_is_dropped_after_a_clean_exit_but_a_rejected_event_is_not() -> None:
+    plain = FIXTURES / "plain_text_limit.log"
+    assert parse_transcript("claude", plain, now=NOW, exit_cause="clean") == Findings()
+    assert parse_transcript("claude", plain, now=NOW).transient is not None
+    limit = FIXTURES / "rate_limit_five_hour.jsonl"
+    found = parse_transcript("claude", limit, now=NOW, exit_cause="clean")
+    assert found == parse_transcript("claude", limit, now=NOW)
+    assert found.transient is not None
+    result = parse_transcript("claude", FIXTURES / "auth_401.jsonl", now=NOW, exit_cause="clean")
+    assert result.auth_error is not None

@@ -110,3 +110,13 @@ def test_plain_text_run_reads_a_reset_wrapped_onto_the_next_line() -> None:
         "rate_limit_account",
         NOW + 7 * 3600 + 28 * 60,
     )
+
+
+def test_json_errors_count_after_a_clean_exit_and_plain_text_does_not() -> None:
+    found = parse_transcript(
+        "codex", FIXTURES / "retry_limit_429.jsonl", now=NOW, exit_cause="clean"
+    )
+    assert found.transient is not None
+    plain = FIXTURES / "plain_text_limit.log"
+    assert parse_transcript("codex", plain, now=NOW, exit_cause="clean") == Findings()
+    assert parse_transcript("codex", plain, now=NOW).transient is not None

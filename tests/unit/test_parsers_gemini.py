@@ -94,3 +94,39 @@ def test_plain_text_quota_error_falls_back_to_text() -> None:
 def test_error_object_with_an_http_code_only() -> None:
     tail = b'{"error": {"type": "Error", "message": "", "code": 504}}\n'
     assert parse(tail, now=NOW).transient == Transient("api_transient_5xx", None, "Error 504:")
+
+
+def test_a_tool_error_in_a_run_killed_before_its_result_is_not_the_outcome() -> None:
+    lines = (FIXTURES / "stream_success.jsonl").read_bytes().splitlines(keepends=True)[:3]
+    tool = (
+        b'{"type":"tool_result","timestamp":"2027-01-15T07:59:09.000Z","tool_id":"t1",'
+        b'"status":"error","output":"","error":{"type":"shell_error","message":'
+        b'"curl: (22) The requested URL returned error: 429 Too Many Requests"}}\n'
+    )
+    assert parse(b"".join(lines) + tool, now=NOW) == Findings()
+
+
+def test_a_fatal_stream_error_event_is_the_outcome() -> None:
+    init = (FIXTURES / "stream_success.jsonl").read_bytes().splitlines(keepends=True)[0]
+    fatal = (
+        b'{"type":"error","timestamp":"2027-01-15T07:59:40.000Z","severity":"error",'
+        b'"message":"You have exhausted your capacity on this model. '
+        b'Your quota will reset after 45m10s.","status":429}\n'
+    )
+    found = parse(init + fatal, now=NOW)
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_model",
+        NOW + 45 * 60 + 10,
+    )
+
+
+def test_structured_errors_count_after_a_clean_exit_and_plain_text_does_not() -> None:
+    quota = parse_transcript(
+        "gemini", FIXTURES / "stream_quota_error.jsonl", now=NOW, exit_cause="clean"
+    )
+    assert quota.transient is not None
+    plain = parse_transcript(
+        "gemini", FIXTURES / "plain_text_quota.log", now=NOW, exit_cause="clean"
+    )
+    assert plain == Findings()

@@ -150,3 +150,51 @@ def test_a_line_with_a_reset_beats_a_later_line_without_one() -> None:
 def test_log_in_prompts_are_auth_failures() -> None:
     for line in ("Not logged in · Please run /login", "OAuth token has expired", "Error: 401"):
         assert scan_lines([line], now=NOW).auth_error == line
+
+
+def test_an_agents_summary_about_limits_is_neither_a_transient_nor_an_auth_failure() -> None:
+    found = parse_transcript("text", FIXTURES / "agent_wrote_about_limits.log", now=NOW)
+    assert (found.transient, found.auth_error) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- The client now retries on 503 Service Unavailable with exponential backoff.",
+        "RateLimitError from the SDK is caught and logged.",
+        'When the provider answers "usage limit reached", the CLI prints the reset time.',
+        "Requests that timed out (408) are retried once.",
+        "503 Service Unavailable responses are retried with a jittered delay.",
+        "Usage limit reached messages now include the reset time.",
+        "Commit 9f8e7d6 fix: return 401 Unauthorized when the API key is invalid",
+        "* 429 Too Many Requests now waits for the reset",
+    ],
+)
+def test_prose_mentioning_errors_is_not_a_cli_message(line: str) -> None:
+    assert scan_lines([line], now=NOW) == Findings()
+
+
+@pytest.mark.parametrize(
+    ("line", "classification"),
+    [
+        ("429 Too Many Requests", "rate_limit_model"),
+        ("HTTP/1.1 503 Service Unavailable", "api_transient_5xx"),
+        ('API Error: 529 {"type":"error"}', "api_transient_5xx"),
+        ("[2027-01-15T07:58:09] ERROR: exceeded retry limit, last status: 429", "rate_limit_model"),
+        ("  ⎿  API Error: Request timed out.", "api_timeout"),
+        ("Claude AI usage limit reached|1800007200", "rate_limit_account"),
+        ("5-hour limit reached ∙ resets 3pm", "rate_limit_account"),
+        ("openai.RateLimitError: Error code: 429", "rate_limit_model"),
+        ("Request timed out.", "api_timeout"),
+    ],
+)
+def test_cli_message_shapes_still_count(line: str, classification: str) -> None:
+    found = scan_lines([line], now=NOW)
+    assert found.transient is not None
+    assert found.transient.classification == classification
+
+
+def test_after_a_clean_exit_the_text_fallback_reports_nothing() -> None:
+    name = FIXTURES / "claude_session_limit.log"
+    assert parse_transcript("text", name, now=NOW, exit_cause="clean") == Findings()
+    assert parse_transcript("text", name, now=NOW, exit_cause="error").transient is not None
