@@ -221,6 +221,7 @@ def test_presets_ask_each_cli_for_the_output_its_parser_reads() -> None:
     assert claude["command"] == ["claude", "-p", "--output-format", "stream-json", "--verbose"]
     assert claude["env"] == {"DISABLE_AUTOUPDATER": "1"}
     assert {"exec", "--json"} <= set(codex["command"])
+    assert codex["command"][:2] == ["codex", "exec"]
     assert gemini["command"][1:3] == ["--output-format", "json"]
     assert aider["command"][-1] == "--message"
     assert aider["prompt_delivery"] == "argv"
@@ -239,3 +240,12 @@ def test_a_symlink_at_the_transcript_path_is_not_followed(tmp_path: Path) -> Non
     path = tmp_path / "round-000001.log"
     path.symlink_to(LIMIT)
     assert parse_transcript("claude", path, now=NOW) == Findings()
+
+
+def test_codex_preset_uses_only_flags_codex_exec_accepts() -> None:
+    command = load_preset("codex")["command"]
+    assert command == [
+        "codex", "exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-",
+    ]  # fmt: skip
+    # `codex exec` rejects -a/--ask-for-approval, ignores it before `exec`; --full-auto is deprecated.
+    assert not {"-a", "--ask-for-approval", "--full-auto"} & set(command)
