@@ -66,14 +66,15 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     exact = [t for t in rejected.values() if t.reset_at is not None]
     transient = pick_transient(exact) or pick_transient([*others, *rejected.values()])
     if prose and transient is None and auth is None:
-        # A torn JSON line is the agent's own text cut off by a kill, never a CLI message.
-        plain = [line for line, objects in lines if not objects and not _torn_json(line)]
+        # Only CLI-shaped lines count ("API Error: 429 {…}" has its body glued on); a line
+        # starting with "{" is an event, or the agent's text torn by a kill.
+        plain = [line for line, _ in lines if not _json_line(line)]
         fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
         transient, auth = fallback.transient, fallback.auth_error
     return Findings(transient=transient, auth_error=auth, usage=usage)
 
 
-def _torn_json(line: str) -> bool:
+def _json_line(line: str) -> bool:
     stripped = line.strip()
     return not stripped or stripped.startswith("{")
 

@@ -246,3 +246,14 @@ def test_a_plain_text_limit_is_dropped_after_a_clean_exit_but_a_rejected_event_i
     assert found.transient is not None
     result = parse_transcript("claude", FIXTURES / "auth_401.jsonl", now=NOW, exit_cause="clean")
     assert result.auth_error is not None
+
+
+def test_text_mode_api_error_with_its_json_body_glued_on_is_classified() -> None:
+    tail = (
+        b"Looking at the failing test...\n"
+        b'API Error: 429 {"type":"error","error":{"type":"rate_limit_error",'
+        b'"message":"This request would exceed your rate limit."}}\n'
+    )
+    found = parse(tail, now=NOW)
+    assert found.transient is not None
+    assert found.transient.classification == "rate_limit_model"
