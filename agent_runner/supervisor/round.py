@@ -123,7 +123,9 @@ class RoundRunner:
             exit_cause=result.cause,
             duration_s=round(result.duration_s, 3),
         )
-        findings = parse_transcript(config.agent.parser, transcript, now=self.clock.now())
+        findings = parse_transcript(
+            config.agent.parser, transcript, now=self.clock.now(), exit_cause=result.cause
+        )
         report_findings(findings, round_no=number, emit=emit)
         tree = self._secure(number, result.cause, head_before)
         emit(
