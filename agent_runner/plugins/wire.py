@@ -64,7 +64,7 @@ def decode_request(data: bytes) -> dict[str, Any]:
 
 
 def loads_strict(data: bytes | str) -> Any:
-    """json.loads refusing NaN, infinities, overflowing floats and huge integers."""
+    """json.loads refusing NaN, infinities, overflowing floats, huge integers, duplicate keys."""
 
     def reject_constant(name: str) -> Any:
         raise WireError(f"non-finite number {name}")
@@ -82,12 +82,28 @@ def loads_strict(data: bytes | str) -> Any:
 
     try:
         return json.loads(
-            data, parse_constant=reject_constant, parse_int=parse_int, parse_float=parse_float
+            data,
+            parse_constant=reject_constant,
+            parse_int=parse_int,
+            parse_float=parse_float,
+            object_pairs_hook=_object_without_duplicates,
         )
     except WireError:
         raise
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not JSON: {exc}") from None
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Last-wins would let a writer show one value to a reader that stops at the first key.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise WireError(f"duplicate key {key!r}")
+            seen.add(key)
+    return result
 
 
 def encode_envelope(status: str, value: Any = None, detail: str = "") -> bytes:

@@ -74,6 +74,15 @@ def forged(raw: str) -> str:
         ('{"status":"pwned","value":null,"detail":""}', "unknown status"),
         ("[1, 2, 3]", "must be an object"),
         ("garbage", "not JSON"),
+        (
+            '{"status":"ok","value":{"action":"proceed","defer_s":0,"reason":"","action":"skip"},'
+            '"detail":""}',
+            "duplicate key",
+        ),
+        (
+            '{"status":"raised","value":null,"detail":"","status":"ok"}',
+            "duplicate key",
+        ),
     ],
 )
 def test_forged_spawn_results_are_invalid(confined: Sandbox, raw: str, why: str) -> None:

@@ -35,6 +35,12 @@ def test_strict_json_accepts_ordinary_numbers() -> None:
     ]
 
 
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 2}', '[{"b": {"a": 1, "a": 1}}]'])
+def test_strict_json_refuses_duplicate_keys(text: str) -> None:
+    with pytest.raises(wire.WireError, match="duplicate key"):
+        wire.loads_strict(text)
+
+
 def test_strict_json_reports_garbage_as_a_wire_error() -> None:
     with pytest.raises(wire.WireError, match="not JSON"):
         wire.loads_strict(b"\xff\xfe")
