@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from agent_runner.plugins import syscalls, wire
-from agent_runner.plugins.runner import run_request
+from agent_runner.plugins.runner import OOM_ENVELOPE, run_request
 
 _T = TypeVar("_T")
 
@@ -148,7 +148,11 @@ def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None
     sys.path[:] = prebuilt.stdlib_paths
     sys.path_importer_cache.clear()
     notes = [*prebuilt.notes, *problems]
-    _finish(run_request(_read_request(), applied, prebuilt.landlock_abi, notes))
+    try:
+        envelope = run_request(_read_request(), applied, prebuilt.landlock_abi, notes)
+    except MemoryError:
+        envelope = OOM_ENVELOPE
+    _finish(envelope)
 
 
 def _attempt(problems: list[str], what: str, step: Callable[[], _T]) -> _T | None:

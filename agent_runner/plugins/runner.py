@@ -23,6 +23,8 @@ from typing import Any
 from agent_runner.plugins import wire
 
 _libc = ctypes.CDLL(None, use_errno=True)
+# Built before any plugin runs: reporting an exhausted address space must not need memory.
+OOM_ENVELOPE = wire.encode_envelope("oom", detail="MemoryError")
 
 
 class View:
@@ -112,7 +114,7 @@ def run_request(  # noqa: PLR0911 - one return per way a call can end
         else:
             result = _find_hook(manifest, family, request["hook"])(View(request["view"]))
     except MemoryError:
-        return wire.encode_envelope("oom", detail="MemoryError")
+        return OOM_ENVELOPE
     except BaseException as exc:
         traceback.print_exc()
         return wire.encode_envelope("raised", detail=f"{type(exc).__name__}: {exc}"[:500])
@@ -124,7 +126,7 @@ def run_request(  # noqa: PLR0911 - one return per way a call can end
         wire.validate_value(family, value)
         return wire.encode_envelope("ok", value)
     except MemoryError:
-        return wire.encode_envelope("oom", detail="MemoryError")
+        return OOM_ENVELOPE
     except Exception as exc:
         return wire.encode_envelope("invalid", detail=f"{type(exc).__name__}: {exc}"[:500])
 

@@ -82,15 +82,14 @@ class CallResult:
     stderr_tail: str
 
 
-def classify(  # noqa: PLR0911, PLR0912 - one branch per distinguishable end of a call
+def classify(  # noqa: PLR0911 - one branch per distinguishable end of a call
     family: str, outcome: Outcome, timeout_s: float
 ) -> CallResult:
     """Turn what was observed of a child into a CallResult (pure)."""
-    tail = outcome.stderr[-wire.MAX_STDERR_BYTES :].decode("utf-8", "replace")
-    out_of_memory = "MemoryError" in tail or "Cannot allocate memory" in tail
+    tail = _encodable(outcome.stderr[-wire.MAX_STDERR_BYTES :].decode("utf-8", "replace"))
 
     def failed(status: Status, detail: str, sig: str | None = None) -> CallResult:
-        return CallResult(status, None, detail, sig, None, tail)
+        return CallResult(status, None, _encodable(detail), sig, None, tail)
 
     if outcome.timed_out:
         return failed("timeout", f"no result within {timeout_s:g} s")
@@ -105,13 +104,10 @@ def classify(  # noqa: PLR0911, PLR0912 - one branch per distinguishable end of 
             return failed("sandbox_kill", "killed by the seccomp filter", name)
         if name == "SIGXCPU":
             return failed("timeout", "CPU time limit reached", name)
-        if out_of_memory:
-            return failed("oom", f"killed by {name} after running out of memory", name)
+        # Never "oom" from what the child printed: only the runner's own envelope says so.
         return failed("crash", f"killed by {name}", name)
     code = os.WEXITSTATUS(status)
     if not outcome.result:
-        if out_of_memory:
-            return failed("oom", "ran out of memory before writing a result")
         return failed("crash", f"exited with status {code} without a result")
     try:
         kind, value, detail = wire.parse_envelope(family, outcome.result)
@@ -125,6 +121,11 @@ def classify(  # noqa: PLR0911, PLR0912 - one branch per distinguishable end of 
     if kind == "refused":
         return failed("crash", f"refused: {detail}")
     return failed("crash", f"exited with status {code}")
+
+
+def _encodable(text: str) -> str:
+    """`text` with anything UTF-8 cannot hold (lone surrogates from JSON) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _signal_name(number: int) -> str:

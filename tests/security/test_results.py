@@ -285,3 +285,26 @@ def test_a_missing_hook_name_is_raised(confined: Sandbox) -> None:
     result = confined.call(request)
     assert result.status == "raised", result
     assert "no spawn hook named 'absent'" in result.detail
+
+
+def test_an_unencodable_exception_message_is_reported_encodable(confined: Sandbox) -> None:
+    body = r"""
+    def hook(view):
+        raise RuntimeError("\ud800 boom")
+    """
+    result = run_hook(confined, body)
+    assert result.status == "raised", result
+    assert "boom" in result.detail
+    result.detail.encode("utf-8")
+    result.stderr_tail.encode("utf-8")
+
+
+@pytest.mark.parametrize("ending", ["os.kill(os.getpid(), signal.SIGKILL)", "os._exit(1)"])
+def test_memory_error_text_on_stderr_is_not_an_oom(confined: Sandbox, ending: str) -> None:
+    body = f"""
+    def hook(view):
+        os.write(2, b"MemoryError\\nCannot allocate memory\\n")
+        {ending}
+    """
+    result = run_hook(confined, body)
+    assert result.status == "crash", result

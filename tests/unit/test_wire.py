@@ -224,7 +224,12 @@ OK_ENVELOPE = envelope(GOOD["spawn"])
         (Outcome(oversized=True, wait_status=exited(0)), "invalid_result", None),
         (Outcome(server_died=True), "crash", None),
         (Outcome(wait_status=exited(0)), "crash", None),
-        (Outcome(stderr=b"MemoryError\n", wait_status=exited(1)), "oom", None),
+        (Outcome(stderr=b"MemoryError\n", wait_status=exited(1)), "crash", None),
+        (
+            Outcome(stderr=b"MemoryError\n", wait_status=signalled(signal.SIGKILL)),
+            "crash",
+            "SIGKILL",
+        ),
         (Outcome(result=envelope(None, "oom"), wait_status=exited(0)), "oom", None),
         (Outcome(result=envelope(None, "raised"), wait_status=exited(0)), "raised", None),
         (Outcome(result=envelope(None, "invalid"), wait_status=exited(0)), "invalid_result", None),
@@ -245,3 +250,11 @@ def test_parent_classifies_each_way_a_call_ends(
 def test_stderr_tail_is_bounded_and_decoded_leniently() -> None:
     outcome = Outcome(stderr=os.urandom(64 * 1024), wait_status=exited(1))
     assert len(classify("spawn", outcome, 1.0).stderr_tail) <= 8 * 1024
+
+
+@pytest.mark.parametrize("status", ["raised", "invalid", "refused", "oom"])
+def test_a_detail_with_a_lone_surrogate_is_made_encodable(status: str) -> None:
+    raw = b'{"status":"%s","value":null,"detail":"RuntimeError: \\ud800 boom"}' % status.encode()
+    result = classify("spawn", Outcome(result=raw, wait_status=exited(0)), 1.0)
+    assert "boom" in result.detail
+    result.detail.encode("utf-8")
