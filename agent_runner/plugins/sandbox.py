@@ -152,7 +152,8 @@ class Sandbox:
         self._given_scratch_root = scratch_root
         self._scratch_root: Path | None = None
         self._server: ForkServer | None = None
-        self._enforce = {"fs": False, "net": False, "scope": False, "seccomp": False}
+        # Until the probe says what this host enforces, "require" assumes everything is.
+        self._enforce = dict.fromkeys(("fs", "net", "scope", "seccomp"), mode == "require")
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._restarts = 0
@@ -171,27 +172,30 @@ class Sandbox:
             return self.report
         self._scratch_root = self._make_scratch_root()
         self._server = ForkServer(self._mode, self._base_roots())
-        self.report = self._probe()
-        if self._mode == "off" or self.report.tier == "full":
-            return self.report
-        self._emit(
-            "plugin_sandbox_degraded",
-            requested=self._mode,
-            achieved_tier=self.report.tier,
-            reason=self.report.unconfined_reason,
-        )
-        if self._mode == "require":
-            self.close()
-            raise ConfinementUnavailable(
-                f'sandbox = "require" but this host only achieves tier {self.report.tier!r}: '
-                f"{self.report.unconfined_reason}"
+        # Calls are refused until `report` is set: none may run before the probe's verdict.
+        report = self._probe()
+        if self._mode != "off" and report.tier != "full":
+            self._emit(
+                "plugin_sandbox_degraded",
+                requested=self._mode,
+                achieved_tier=report.tier,
+                reason=report.unconfined_reason,
             )
-        return self.report
+            if self._mode == "require":
+                self.close()
+                raise ConfinementUnavailable(
+                    f'sandbox = "require" but this host only achieves tier {report.tier!r}: '
+                    f"{report.unconfined_reason}"
+                )
+        self.report = report
+        return report
 
     def call(self, request: CallRequest, timeout_s: float | None = None) -> CallResult:
         """Run one call in a fresh confined child; never raises for what the child does."""
         timeout = self._timeout_s if timeout_s is None else timeout_s
         with self._lock:
+            if self.report is None:
+                return CallResult("crash", None, "sandbox not started", None, None, "")
             return self._call_locked(request, timeout, best_effort=False)
 
     def self_test(self) -> dict[str, bool]:
@@ -217,6 +221,7 @@ class Sandbox:
     def close(self) -> None:
         """Stop the fork server and remove scratch space."""
         with self._lock:
+            self.report = None
             if self._server is not None:
                 self._server.stop()
                 self._server = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from agent_runner.errors import ConfinementUnavailable, ExitCode
 from agent_runner.plugins import forkclient
-from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.plugins.sandbox import CallResult, ProbeReport, Sandbox
 from tests.fakes import RecordedEvents
 from tests.security.conftest import NOOP, run_hook
 
@@ -119,10 +120,50 @@ def test_a_call_whose_landlock_rules_cannot_be_built_is_refused(confined: Sandbo
     assert "confinement failed" in result.detail
 
 
-def test_calls_before_start_are_a_programming_error() -> None:
-    sandbox = Sandbox("prefer", emit=RecordedEvents())
-    with pytest.raises(RuntimeError, match="start"):
-        run_hook(sandbox, NOOP)
+UNCONFINED_PROBE = """
+import socket
+def hook(view):
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+    return SpawnDecision.skip("ran unconfined")
+"""
+
+
+@pytest.mark.parametrize("mode", ["require", "prefer"])
+def test_calls_before_start_are_refused(mode: str) -> None:
+    sandbox = Sandbox(mode, emit=RecordedEvents())  # type: ignore[arg-type]
+    result = run_hook(sandbox, UNCONFINED_PROBE)
+    assert result.status == "crash", result
+    assert "not started" in result.detail
+
+
+def test_calls_after_a_refused_start_are_refused(
+    confined: Sandbox, without_seccomp_binding: None
+) -> None:
+    sandbox = Sandbox("require", emit=RecordedEvents())
+    with pytest.raises(ConfinementUnavailable):
+        sandbox.start()
+    result = run_hook(sandbox, UNCONFINED_PROBE)
+    assert result.status == "crash", result
+    assert "not started" in result.detail
+
+
+def test_a_call_racing_the_probe_never_runs_unconfined(monkeypatch: pytest.MonkeyPatch) -> None:
+    racing: list[CallResult] = []
+    probe = Sandbox._probe
+
+    def call_then_probe(self: Sandbox) -> ProbeReport:
+        # The fork server exists, the probe has not run: the window a concurrent call() hits.
+        racing.append(run_hook(self, UNCONFINED_PROBE))
+        return probe(self)
+
+    monkeypatch.setattr(Sandbox, "_probe", call_then_probe)
+    sandbox = Sandbox("require", emit=RecordedEvents())
+    # On a host that cannot confine, start refuses; the racing call must be refused anyway.
+    with sandbox, contextlib.suppress(ConfinementUnavailable):
+        sandbox.start()
+    (result,) = racing
+    assert result.status == "crash", result
+    assert "not started" in result.detail
 
 
 def test_off_child_still_drops_every_capability(unconfined: Sandbox) -> None:
