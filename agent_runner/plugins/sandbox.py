@@ -7,14 +7,14 @@ Nothing a child does can raise out of `Sandbox.call`: `classify` turns every out
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
-import shutil
 import signal
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,10 @@ SELF_TEST_OPERATIONS = (
     "chmod",
 )
 TIMEZONE_DATA = ("/usr/share/zoneinfo", "/etc/localtime")
+# What a call may leave in its scratch; the foreground cleanup stops past the entry budget.
+MAX_SCRATCH_ENTRIES = 10_000
+MAX_SCRATCH_BYTES = 64 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class Sandbox:
         # Until the probe says what this host enforces, "require" assumes everything is.
         self._enforce = dict.fromkeys(("fs", "net", "scope", "seccomp"), mode == "require")
         self._lock = threading.Lock()
+        self._cleaners: list[threading.Thread] = []
+        self.cleanup_notes: list[str] = []
         self._ids = itertools.count(1)
         self._restarts = 0
         self._server_dead: str | None = None
@@ -215,18 +221,21 @@ class Sandbox:
             report[operation] = result.status == "sandbox_kill" or (
                 result.status == "ok" and bool(result.value["blocked"])
             )
-        shutil.rmtree(outside, ignore_errors=True)
+        self._note_failure("self-test directory", remove_tree(outside))
         return report
 
     def close(self) -> None:
-        """Stop the fork server and remove scratch space."""
+        """Stop the fork server and remove scratch space; never raises for what a child left."""
         with self._lock:
             self.report = None
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+            for cleaner in self._cleaners:
+                cleaner.join()
+            self._cleaners.clear()
             if self._scratch_root is not None and self._given_scratch_root is None:
-                shutil.rmtree(self._scratch_root, ignore_errors=True)
+                self._note_failure("scratch root", remove_tree(self._scratch_root))
                 self._scratch_root = None
 
     def _probe(self) -> ProbeReport:
@@ -259,18 +268,43 @@ class Sandbox:
             server = self._ensure_server()
         except ConfinementUnavailable as exc:
             return CallResult("crash", None, f"sandbox unavailable: {exc}", None, None, "")
-        scratch = self._make_scratch()
+        try:
+            scratch = self._make_scratch()
+        except OSError as exc:
+            return CallResult("crash", None, f"no scratch directory: {exc}", None, None, "")
         try:
             outcome = self._run(server, request, timeout_s, scratch, best_effort)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            removal = self._remove_scratch(scratch)
         if outcome.server_died:
             server.stop()
             self._server_dead = "the fork server died during a call"
             # Restart now; if that fails too, the next call retries and reports it.
             with contextlib.suppress(ConfinementUnavailable):
                 self._ensure_server()
-        return classify(request.family, outcome, timeout_s)
+        return _with_scratch_verdict(classify(request.family, outcome, timeout_s), removal)
+
+    def _remove_scratch(self, scratch: Path) -> TreeRemoval:
+        """Remove a call's scratch within the entry budget; a longer job goes to a thread."""
+        removal = remove_tree(scratch, max_entries=MAX_SCRATCH_ENTRIES)
+        if not removal.done and removal.error is None:
+            self._cleaners = [c for c in self._cleaners if c.is_alive()]
+            cleaner = threading.Thread(
+                target=lambda: self._note_failure("scratch", remove_tree(scratch)),
+                name="agent-runner-scratch-cleanup",
+                daemon=True,
+            )
+            try:
+                cleaner.start()
+            except RuntimeError as exc:  # no thread to spare: close() removes the root
+                removal.error = f"scratch cleanup could not continue: {exc}"
+            else:
+                self._cleaners.append(cleaner)
+        return removal
+
+    def _note_failure(self, what: str, removal: TreeRemoval) -> None:
+        if removal.error is not None:
+            self.cleanup_notes.append(f"{what} not removed: {removal.error}")
 
     def _run(
         self,
@@ -338,3 +372,115 @@ class Sandbox:
         if os.geteuid() == 0:
             os.chown(path, NOBODY, NOBODY)
         return path
+
+
+@dataclass
+class TreeRemoval:
+    """How removing a directory tree went."""
+
+    entries: int = 0
+    bytes: int = 0
+    done: bool = False
+    error: str | None = None
+
+
+def _with_scratch_verdict(result: CallResult, removal: TreeRemoval) -> CallResult:
+    """The call's result, failed when it left too much in its scratch, noted when cleanup failed."""
+    notes = []
+    over_budget = removal.entries > MAX_SCRATCH_ENTRIES or removal.bytes > MAX_SCRATCH_BYTES
+    if over_budget:
+        notes.append(
+            f"left more than its scratch budget ({removal.entries} entries, "
+            f"{removal.bytes} bytes; limits {MAX_SCRATCH_ENTRIES} entries, "
+            f"{MAX_SCRATCH_BYTES} bytes)"
+        )
+    if removal.error is not None:
+        notes.append(f"scratch not removed: {removal.error}")
+    if not notes:
+        return result
+    detail = "; ".join([result.detail, *notes] if result.detail else notes)
+    if over_budget and result.status == "ok":
+        return replace(result, status="crash", value=None, detail=detail)
+    return replace(result, detail=detail)
+
+
+def remove_tree(path: Path, max_entries: int | None = None) -> TreeRemoval:
+    """Delete `path` and all beneath it, without recursion and without following symlinks.
+
+    Holds two descriptors at most whatever the depth; stops once more than `max_entries`
+    entries are gone (`done` False). Never raises: a failure is `error`.
+    """
+    removal = TreeRemoval()
+    try:
+        _remove_tree(str(path), removal, max_entries)
+    except Exception as exc:  # whatever a child left behind, cleanup never raises into a call
+        removal.error = f"{type(exc).__name__}: {exc}"
+    return removal
+
+
+def _remove_tree(path: str, removal: TreeRemoval, max_entries: int | None) -> None:
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        removal.done = True
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        os.unlink(path)  # a symlink or file where the tree was: remove the link, never its target
+        removal.done = True
+        return
+    # For each directory on the way down: its name, its parent's identity, its parent's to-do.
+    above: list[tuple[str, tuple[int, int], list[str]]] = []
+    try:
+        here = _identity(fd)
+        pending = _unlink_files(fd, removal, max_entries)
+        while True:
+            if max_entries is not None and removal.entries > max_entries:
+                return  # over budget: the caller decides who removes the rest
+            if pending:
+                name = pending.pop()
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                above.append((name, here, pending))
+                os.close(fd)
+                fd = child
+                here = _identity(fd)
+                pending = _unlink_files(fd, removal, max_entries)
+                continue
+            if not above:
+                break
+            name, parent, pending = above.pop()
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            here = _identity(fd)
+            # ".." follows a rename: a tree moved elsewhere under us must not be emptied there.
+            if here != parent:
+                raise OSError(f"{path}: a directory moved during removal")
+            os.rmdir(name, dir_fd=fd)
+            removal.entries += 1
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+    removal.done = True
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _unlink_files(fd: int, removal: TreeRemoval, max_entries: int | None) -> list[str]:
+    """Unlink the non-directories in `fd` (up to the budget); return the subdirectories' names."""
+    directories = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if max_entries is not None and removal.entries > max_entries:
+                break
+            if entry.is_dir(follow_symlinks=False):
+                directories.append(entry.name)
+                continue
+            removal.bytes += entry.stat(follow_symlinks=False).st_blocks * 512
+            os.unlink(entry.name, dir_fd=fd)
+            removal.entries += 1
+    return directories

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.plugins.sandbox import MAX_SCRATCH_BYTES, MAX_SCRATCH_ENTRIES, Sandbox
 from tests.fakes import RecordedEvents
 from tests.security.conftest import NOOP, run_hook
 
@@ -296,3 +296,91 @@ def test_thread_bomb_is_bounded(confined: Sandbox) -> None:
     result = run_hook(confined, body, timeout_s=5.0)
     assert result.status in ("raised", "oom"), result
     assert "thread" in result.detail or result.status == "oom"
+
+
+@pytest.mark.timeout(60)
+def test_a_2000_level_directory_tree_is_removed_after_the_call(
+    fresh: tuple[Sandbox, RecordedEvents],
+) -> None:
+    sandbox, _ = fresh
+    root = sandbox._scratch_root
+    assert root is not None
+    body = """
+    def hook(view):
+        for _ in range(2000):
+            os.mkdir("d")
+            os.chdir("d")
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(sandbox, body, timeout_s=20.0)
+    assert result.status == "ok", result
+    assert list(root.iterdir()) == []
+    sandbox.close()
+    assert not root.exists()
+
+
+def test_close_removes_a_deep_tree_left_in_the_scratch_root(
+    fresh: tuple[Sandbox, RecordedEvents],
+) -> None:
+    sandbox, _ = fresh
+    root = sandbox._scratch_root
+    assert root is not None
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(2000):
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+    sandbox.close()
+    assert not root.exists()
+
+
+def test_scratch_over_its_entry_budget_fails_the_call_and_is_removed(
+    fresh: tuple[Sandbox, RecordedEvents],
+) -> None:
+    sandbox, _ = fresh
+    root = sandbox._scratch_root
+    assert root is not None
+    body = f"""
+    def hook(view):
+        for n in range({MAX_SCRATCH_ENTRIES + 50}):
+            os.close(os.open(f"f{{n}}", os.O_CREAT | os.O_WRONLY, 0o600))
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(sandbox, body, timeout_s=20.0)
+    assert result.status == "crash", result
+    assert "scratch" in result.detail
+    sandbox.close()
+    assert not root.exists()
+
+
+def test_scratch_over_its_byte_budget_fails_the_call(confined: Sandbox) -> None:
+    body = f"""
+    def hook(view):
+        block = b"x" * (1 << 20)
+        for n in range({MAX_SCRATCH_BYTES // (8 << 20) + 1}):
+            with open(f"blob{{n}}", "wb") as f:
+                for _ in range(8):
+                    f.write(block)
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(confined, body, timeout_s=20.0)
+    assert result.status == "crash", result
+    assert "scratch" in result.detail
+
+
+def test_scratch_cleanup_never_follows_a_symlink(confined: Sandbox, tmp_path: Path) -> None:
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "file").write_text("still here")
+    body = f"""
+    def hook(view):
+        os.symlink({str(kept)!r}, "link")
+        os.mkdir("sub")
+        os.symlink({str(kept / "file")!r}, "sub/file-link")
+        return SpawnDecision.proceed()
+    """
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    assert (kept / "file").read_text() == "still here"
