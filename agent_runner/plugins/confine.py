@@ -60,6 +60,7 @@ class Prebuilt:
     handled_net: int = 0
     scoped: int = 0
     base_root_fds: list[tuple[int, bool]] = field(default_factory=list)
+    read_roots: list[str] = field(default_factory=list)
     seccomp_bpf: bytes = b""
     notes: list[str] = field(default_factory=list)
     is_root: bool = False
@@ -106,8 +107,14 @@ def set_parent_death_signal(expected_parent: int) -> None:
         os._exit(70)
 
 
-def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None:
-    """The whole life of one call's child, in the required order; exits the process."""
+def confine_and_run(
+    prebuilt: Prebuilt, cfg: CallConfig, fds: list[int], base_ruleset: int | None
+) -> None:
+    """The whole life of one call's child, in the required order; exits the process.
+
+    `base_ruleset` is a Landlock ruleset the server filled with the read-only roots for this
+    child alone; without one the child builds it.
+    """
     os.setsid()
     set_parent_death_signal(prebuilt.server_pid)
     # Lift the received descriptors above the slots they are moved into, whatever their numbers.
@@ -120,7 +127,9 @@ def confine_and_run(prebuilt: Prebuilt, cfg: CallConfig, fds: list[int]) -> None
         _reset_environment(cfg.scratch)
         ruleset = None
         if cfg.fs or cfg.best_effort:
-            ruleset = _attempt(problems, "landlock", lambda: _build_ruleset(prebuilt, cfg))
+            ruleset = _attempt(
+                problems, "landlock", lambda: _build_ruleset(prebuilt, cfg, base_ruleset)
+            )
         if ruleset is not None:
             os.dup2(ruleset, RULESET_FD)
         os.closerange(RULESET_FD + (ruleset is not None), 1 << 20)
@@ -173,12 +182,8 @@ def _reset_environment(scratch: str) -> None:
     os.chdir(scratch)
 
 
-def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig) -> int | None:
-    """Create this call's Landlock ruleset while still able to open every root."""
-    if prebuilt.landlock_abi < 1:
-        if cfg.fs:
-            raise ConfinementError("Landlock is not available")
-        return None
+def new_base_ruleset(prebuilt: Prebuilt) -> int:
+    """A Landlock ruleset holding the read-only roots every child gets; one per child."""
     import py_landlock as ll  # noqa: PLC0415 - pre-imported by the fork server
 
     attr = ll.RulesetAttr(prebuilt.handled_fs, prebuilt.handled_net, prebuilt.scoped)
@@ -187,6 +192,19 @@ def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig) -> int | None:
     for fd, is_dir in prebuilt.base_root_fds:
         rights = read_dir if is_dir else _FS_READ_FILE
         ll.add_rule(ll.RulesetFd(ruleset), ll.PathBeneathAttr(rights, fd))
+    return ruleset
+
+
+def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig, base: int | None) -> int | None:
+    """Add this call's rules to its ruleset while the child can still open every root."""
+    if prebuilt.landlock_abi < 1:
+        if cfg.fs:
+            raise ConfinementError("Landlock is not available")
+        return None
+    import py_landlock as ll  # noqa: PLC0415 - pre-imported by the fork server
+
+    ruleset = base if base is not None else new_base_ruleset(prebuilt)
+    read_dir = _FS_READ_FILE | _FS_READ_DIR
     writable = prebuilt.handled_fs & ~(
         _FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK | _FS_MAKE_SOCK | _FS_IOCTL_DEV
     )

@@ -62,6 +62,9 @@ PRELOADED = (
 )
 
 PRELOADED_CODECS = ("ascii", "idna", "latin-1", "utf-8", "utf-16", "utf-32")
+# Where installed distributions live; some layouts put them inside the stdlib directory.
+SHARED_PACKAGE_DIRS = ("site-packages", "dist-packages")
+BINDINGS = ("py_landlock", "pyseccomp")
 
 
 def main(config_json: str) -> None:
@@ -88,6 +91,7 @@ def main(config_json: str) -> None:
         "landlock_abi": prebuilt.landlock_abi,
         "seccomp": bool(prebuilt.seccomp_bpf),
         "notes": prebuilt.notes,
+        "read_roots": prebuilt.read_roots,
     }
     control.send(json.dumps(ready).encode())
     Server(control, prebuilt).serve()
@@ -102,7 +106,11 @@ def prepare(config: dict[str, Any]) -> confine.Prebuilt:
     )
     if config["mode"] == "off":
         return prebuilt
-    _prepare_landlock(prebuilt, config["read_roots"])
+    bindings = [config["locations"][name] for name in BINDINGS if name in config["locations"]]
+    roots = [*config["read_roots"]]
+    for origin, search_dirs in bindings:
+        roots += search_dirs or [origin]
+    _prepare_landlock(prebuilt, roots)
     try:
         prebuilt.seccomp_bpf = export_seccomp_bpf(syscalls.child_policy())
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
@@ -124,9 +132,11 @@ def _prepare_landlock(prebuilt: confine.Prebuilt, roots: list[str]) -> None:
     prebuilt.handled_fs = int(ll_abi.get_supported_fs(ll.ABIVersion(abi)))
     prebuilt.handled_net = int(ll_abi.get_supported_net(ll.ABIVersion(abi)))
     prebuilt.scoped = int(ll_abi.get_supported_scope(ll.ABIVersion(abi)))
-    paths = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"], *roots}
-    paths.add(os.path.realpath(sys.executable))
-    for path in sorted(paths):
+    stdlib = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
+    rules = dict(stdlib_read_rules(stdlib))
+    for path in {*roots, os.path.realpath(sys.executable)}:
+        rules[path] = os.path.isdir(path)
+    for path, is_dir in sorted(rules.items()):
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as exc:
@@ -135,7 +145,30 @@ def _prepare_landlock(prebuilt: confine.Prebuilt, roots: list[str]) -> None:
         # Out of the way of the 0..4 slots every child rearranges its descriptors into.
         high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
         os.close(fd)
-        prebuilt.base_root_fds.append((high, os.path.isdir(path)))
+        prebuilt.base_root_fds.append((high, is_dir))
+        prebuilt.read_roots.append(path)
+
+
+def stdlib_read_rules(directories: list[str]) -> list[tuple[str, bool]]:
+    """Every entry of the stdlib directories but the shared package directories: (path, is_dir).
+
+    Directories reached through a symlink are left out; a symlink to a file grants that file only.
+    """
+    rules: dict[str, bool] = {}
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name in SHARED_PACKAGE_DIRS:
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    rules[entry.path] = True
+                elif entry.is_file():
+                    rules[entry.path] = False
+    return sorted(rules.items())
 
 
 def export_seccomp_bpf(policy: syscalls.Policy) -> bytes:
@@ -178,6 +211,19 @@ class Server:
         self._children: dict[int, tuple[int, int]] = {}  # pidfd -> (call id, pid)
         self._selector = selectors.DefaultSelector()
         self._selector.register(control, selectors.EVENT_READ)
+        self._ruleset = self._next_ruleset()
+
+    def _next_ruleset(self) -> int | None:
+        """The next child's Landlock ruleset, filled now so the child adds only its own rules."""
+        if self._prebuilt.landlock_abi < 1:
+            return None
+        try:
+            fd = confine.new_base_ruleset(self._prebuilt)
+        except Exception:  # the child builds it again and reports why it cannot
+            return None
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+        os.close(fd)
+        return high
 
     def serve(self) -> None:
         """Loop until the parent closes the control socket."""
@@ -216,10 +262,11 @@ class Server:
             best_effort=message["best_effort"],
             timeout_s=float(message["timeout_s"]),
         )
+        ruleset, self._ruleset = self._ruleset, None
         pid = os.fork()
         if pid == 0:
             try:
-                confine.confine_and_run(self._prebuilt, cfg, fds)
+                confine.confine_and_run(self._prebuilt, cfg, fds, ruleset)
             except BaseException:  # a child must never return into the server loop
                 traceback.print_exc()
             finally:
@@ -228,6 +275,10 @@ class Server:
         self._children[pidfd] = (int(message["id"]), pid)
         self._selector.register(pidfd, selectors.EVENT_READ)
         self._send({"event": "spawned", "id": message["id"], "pid": pid})
+        # A ruleset is the child's alone (it adds its scratch): build the next one while it runs.
+        if ruleset is not None:
+            os.close(ruleset)
+        self._ruleset = self._next_ruleset()
 
     def _kill(self, pid: int) -> None:
         # The child is not reaped until _reap runs, so its pid and group id cannot be reused yet.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import stat
 import tempfile
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_runner.plugins.forkserver import SHARED_PACKAGE_DIRS
 from agent_runner.plugins.sandbox import Sandbox
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, run_hook
 
@@ -368,3 +370,48 @@ def test_plugin_cannot_import_modules_from_a_read_root(confined: Sandbox, tmp_pa
     result = run_hook(confined, body, read_roots=(tmp_path,))
     assert result.status == "raised", result
     assert "ModuleNotFoundError" in result.detail
+
+
+def _readable_by_the_child(path: str) -> bool:
+    """Whether ordinary permissions let the call child read `path` (it runs as nobody as root)."""
+    if os.geteuid() != 0:
+        return os.access(path, os.R_OK)
+    target = Path(path)
+    ancestors_traversable = all(p.stat().st_mode & stat.S_IXOTH for p in target.parents)
+    return ancestors_traversable and bool(target.stat().st_mode & stat.S_IROTH)
+
+
+def test_installed_distributions_are_unreadable_but_the_stdlib_is_not(confined: Sandbox) -> None:
+    click_spec, json_spec = importlib.util.find_spec("click"), importlib.util.find_spec("json")
+    assert click_spec is not None and click_spec.origin is not None
+    assert json_spec is not None and json_spec.origin is not None
+    assert _readable_by_the_child(click_spec.origin), "only Landlock may be what refuses it"
+    body = f"""
+    def hook(view):
+        out = []
+        for path in ({click_spec.origin!r}, {json_spec.origin!r}):
+            try:
+                open(path, "rb").close()
+                out.append("read")
+            except OSError as exc:
+                out.append(str(exc.errno))
+        return SpawnDecision.skip(" ".join(out))
+    """
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    click, stdlib = result.value["reason"].split()
+    assert click == "13"
+    # Here the stdlib may sit under a 0700 home that nobody cannot traverse whatever Landlock says.
+    assert stdlib == ("read" if _readable_by_the_child(json_spec.origin) else "13")
+
+
+def test_no_read_root_holds_installed_distributions(confined: Sandbox) -> None:
+    assert confined._server is not None
+    roots = confined._server.ready["read_roots"]
+    json_spec = importlib.util.find_spec("json")
+    assert json_spec is not None and json_spec.origin is not None
+    assert os.path.dirname(json_spec.origin) in roots
+    for root in roots:
+        assert os.path.basename(root) not in SHARED_PACKAGE_DIRS, root
+        for shared in SHARED_PACKAGE_DIRS:
+            assert not os.path.isdir(os.path.join(root, shared)), root
