@@ -155,7 +155,9 @@ def _relative_to_top(work_dir: Path, top: Path, protected: Sequence[str]) -> tup
     rel = []
     real_top = top.resolve()
     for item in protected:
-        path = (work_dir / item).resolve()
+        path = work_dir / item
+        # A symlinked config is protected where it sits, not where it points (maybe outside).
+        path = path.parent.resolve() / path.name if path.name else path.resolve()
         try:
             rel.append(path.relative_to(real_top).as_posix())
         except ValueError:

@@ -704,3 +704,27 @@ def test_any_file_names_are_stashed_or_committed_exactly(
         assert porcelain(repo) == ""
         for path in paths:
             assert not (repo / path).exists() or path in chosen
+
+
+# --- what git would rewrite, and what it cannot open --------------------------------------
+
+
+def test_symlinked_config_and_prompt_are_never_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "real.toml").write_text("schema_version = 1\n")
+    (outside / "prompt.md").write_text("do the thing\n")
+    (repo / "agent-runner.toml").symlink_to(outside / "real.toml")
+    (repo / "prompt.md").symlink_to(outside / "prompt.md")
+    leave_work(repo)
+    events = CheckedEvents()
+    report = secure(repo, events, protected=("agent-runner.toml", str(repo / "prompt.md")))
+
+    assert report.action == "stash"
+    assert events.of("dirty_detected")[0]["files"] == ["new.txt", "tracked.txt"]
+    assert (repo / "agent-runner.toml").is_symlink()
+    assert (repo / "prompt.md").is_symlink()
+    stashed = git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3").split()
+    assert stashed == ["new.txt"]
+    assert porcelain(repo) == "?? agent-runner.toml\n?? prompt.md\n"
