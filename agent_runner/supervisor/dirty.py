@@ -90,7 +90,8 @@ def secure_tree(
         tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
-        return TreeReport(head_before, head_before, False, False, "failed")
+        # Not inspected is not clean: the round's work may be there, so it must not look stalled.
+        return TreeReport(head_before, head_before, True, True, "failed")
     if not tree.files:
         return TreeReport(head_before, tree.head, False, False, "none")
     emit(

@@ -728,3 +728,30 @@ def test_symlinked_config_and_prompt_are_never_stashed(tmp_path: Path) -> None:
     stashed = git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3").split()
     assert stashed == ["new.txt"]
     assert porcelain(repo) == "?? agent-runner.toml\n?? prompt.md\n"
+
+
+def corrupt_head(repo: Path) -> None:
+    (repo / ".git" / "HEAD").write_text("not a ref\n")
+
+
+def make_bare(repo: Path) -> None:
+    git(repo, "config", "core.bare", "true")
+
+
+@pytest.mark.parametrize("breakage", [corrupt_head, make_bare])
+def test_a_repository_git_cannot_open_counts_as_possibly_dirty(
+    tmp_path: Path, breakage: Any
+) -> None:
+    repo = make_repo(tmp_path)
+    leave_work(repo)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    breakage(repo)
+    events = CheckedEvents()
+    report = secure(repo, events, head_before=head)
+
+    # The work may well be there: a round that cannot be inspected must not look stalled.
+    assert report.action == "failed"
+    assert report.dirty_before
+    assert report.progressed
+    assert len(events.of("dirty_action_failed")) == 1
+    assert (repo / "new.txt").exists()
