@@ -318,6 +318,33 @@ def operation_in_progress(repo: Repo) -> str | None:
     return None
 
 
+def filtered_paths(repo: Repo, paths: Sequence[str]) -> dict[str, str]:
+    """Each of `paths` that .gitattributes puts under a filter, with the filter's name."""
+    found = _filter_attributes(repo, paths, {})
+    if repo.head is not None and any(p.rpartition("/")[2] == ".gitattributes" for p in paths):
+        # A stash puts HEAD's .gitattributes back: what HEAD says about a file counts too.
+        with tempfile.TemporaryDirectory(dir=repo.git_dir, prefix="agent-runner-attr-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            repo.git("read-tree", repo.head, env=env)
+            found = {**_filter_attributes(repo, paths, env, "--cached"), **found}
+    return found
+
+
+def _filter_attributes(
+    repo: Repo, paths: Sequence[str], env: Mapping[str, str], *mode: str
+) -> dict[str, str]:
+    out = repo.git(
+        "check-attr", *mode, "-z", "--stdin", "filter", env=env, input=_pathspec_input(paths)
+    )
+    fields = out.split(b"\0")
+    found = {}
+    for i in range(0, len(fields) - 2, 3):
+        value = os.fsdecode(fields[i + 2])
+        if value not in ("unspecified", "unset"):
+            found[os.fsdecode(fields[i])] = value
+    return found
+
+
 def literal_pathspecs(paths: Iterable[str]) -> list[str]:
     """Pathspecs matching exactly these paths, whatever characters they hold."""
     return [f":(literal){p}" for p in paths]

@@ -19,6 +19,7 @@ from agent_runner.plugins import DirtyIntent
 from agent_runner.plugins.builtin import dirty as builtin_dirty
 
 EVENT_FILES_MAX = 20
+REASON_FILES_MAX = 3
 MESSAGE_MAX_CHARS = 200
 LAST_STASH_FILE = "dirty-last-stash.json"
 
@@ -245,6 +246,7 @@ class _Job:
         if operation is not None:
             self.emit("git_merge_in_progress", round=self.round_no, operation=operation)
             raise GitError(f"a {operation} is in progress; left for the operator")
+        _refuse_filtered(tree.repo, intent.paths or tree.files, intent.action)
         if intent.action == "commit":
             return self.commit(intent)
         return self.stash(intent)
@@ -342,6 +344,21 @@ def _head_or(tree: _Tree) -> str | None:
         return vcs.head_sha(tree.repo.top)
     except GitError:
         return tree.head
+
+
+def _refuse_filtered(repo: vcs.Repo, paths: Sequence[str], action: str) -> None:
+    # Filters are emptied, so git would store these files' working-tree bytes and a stash
+    # would check them out unfiltered (an LFS file turned into its pointer). Left to the operator.
+    filtered = vcs.filtered_paths(repo, paths)
+    if not filtered:
+        return
+    named = [f"{display_path(p)} (filter {d})" for p, d in sorted(filtered.items())]
+    more = len(named) - REASON_FILES_MAX
+    listed = ", ".join(named[:REASON_FILES_MAX]) + (f" and {more} more" if more > 0 else "")
+    raise GitError(
+        f"{listed}: under a git filter the supervisor does not run; {action} refused, work left"
+        " on disk"
+    )
 
 
 def _load_last_stash(state_dir: Path) -> dict[str, Any] | None:

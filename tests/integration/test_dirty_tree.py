@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -707,6 +708,74 @@ def test_any_file_names_are_stashed_or_committed_exactly(
 
 
 # --- what git would rewrite, and what it cannot open --------------------------------------
+
+
+def rot13_filter(repo: Path) -> None:
+    """A reversible clean/smudge pair: the blob is rot13, the checked-out file plain text."""
+    rot13 = "tr a-zA-Z n-za-mN-ZA-M"
+    git(repo, "config", "filter.rot13.clean", rot13)
+    git(repo, "config", "filter.rot13.smudge", rot13)
+    (repo / ".gitattributes").write_text("*.secret filter=rot13\n")
+    (repo / "data.secret").write_text("hello\n")
+    git(repo, "add", ".gitattributes", "data.secret")
+    git(repo, "commit", "-q", "-m", "filtered")
+    assert git(repo, "cat-file", "blob", "HEAD:data.secret") == "uryyb\n"
+    # Older than the index, so not racily clean: git trusts its stat data and reads nothing.
+    past = time.time() - 100
+    os.utime(repo / "data.secret", (past, past))
+    git(repo, "update-index", "-q", "--refresh")
+
+
+@pytest.mark.parametrize(("action", "cause"), [("stash", "error"), ("commit", "clean")])
+def test_files_under_a_filter_are_left_on_disk_not_rewritten(
+    tmp_path: Path, action: str, cause: str
+) -> None:
+    repo = make_repo(tmp_path)
+    rot13_filter(repo)
+    # Unchanged content, new mtime: with the filter emptied git sees "hello" where the
+    # index holds "uryyb", and a stash would check the blob out in its clean form.
+    os.utime(repo / "data.secret")
+    leave_work(repo)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    events = CheckedEvents()
+    report = secure(repo, events, exit_cause=cause, dirty_action=action)
+
+    assert report.action == "failed"
+    assert report.dirty_before
+    failure = events.of("dirty_action_failed")
+    assert len(failure) == 1
+    assert failure[0]["action"] == action
+    assert "data.secret" in failure[0]["reason"]
+    assert "rot13" in failure[0]["reason"]
+    assert (repo / "data.secret").read_text() == "hello\n"
+    assert (repo / "new.txt").read_text() == "brand new\n"
+    assert (repo / "tracked.txt").read_text() == "v2\n"
+    assert stash_shas(repo) == []
+    assert git(repo, "rev-parse", "HEAD").strip() == head
+
+
+def test_unfiltered_work_in_a_repository_with_filters_is_stashed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    rot13_filter(repo)
+    leave_work(repo)
+    report = secure(repo, CheckedEvents())
+    assert report.action == "stash"
+    assert (repo / "data.secret").read_text() == "hello\n"
+    assert porcelain(repo) == ""
+
+
+def test_a_filter_dropped_from_gitattributes_still_counts(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    rot13_filter(repo)
+    # The stash would put HEAD's .gitattributes back and write HEAD's blob unfiltered.
+    (repo / ".gitattributes").write_text("")
+    (repo / "data.secret").write_text("hello again\n")
+    events = CheckedEvents()
+    report = secure(repo, events)
+    assert report.action == "failed"
+    assert "data.secret" in events.of("dirty_action_failed")[0]["reason"]
+    assert (repo / "data.secret").read_text() == "hello again\n"
+    assert stash_shas(repo) == []
 
 
 def test_symlinked_config_and_prompt_are_never_stashed(tmp_path: Path) -> None:

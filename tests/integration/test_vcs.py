@@ -226,13 +226,24 @@ HOOKS = (
 )
 
 
-def poison(repo: Path, markers: Path) -> list[str]:
+# Every file of the work under every filter driver the poison defines.
+ALL_FILTERED = "* filter=evil diff=evil merge=evil\n*.txt filter=a=b\n*.bin filter=proc\n"
+# Filters only on files committed before the poison (racily clean), none on the round's work:
+# work under a filter is never stashed or committed at all.
+RACY_FILTERED = (
+    "* diff=evil merge=evil\nracy.* filter=evil\n*.eq filter=a=b\n*.proc filter=proc\n"
+    "*.inc filter=inc\n"
+)
+RACY_FILES = ("racy.txt", "racy.eq", "racy.proc", "racy.inc")
+
+
+def poison(repo: Path, markers: Path, attributes: str = ALL_FILTERED) -> list[str]:
     """Point every repo-controlled program git knows at a script that leaves a marker."""
-    markers.mkdir()
+    markers.mkdir(exist_ok=True)
     bin_dir = repo.parent / "evil"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     hooks_dir = bin_dir / "hooks"
-    hooks_dir.mkdir()
+    hooks_dir.mkdir(exist_ok=True)
     names: list[str] = []
 
     def script(name: str) -> str:
@@ -244,9 +255,7 @@ def poison(repo: Path, markers: Path) -> list[str]:
         return str(path)
 
     # Tracked, so that a stash cannot carry the attributes away with the work.
-    (repo / ".gitattributes").write_text(
-        "* filter=evil diff=evil merge=evil\n*.txt filter=a=b\n*.bin filter=proc\n"
-    )
+    (repo / ".gitattributes").write_text(attributes)
     git(repo, "add", ".gitattributes")
     git(repo, "commit", "-q", "-m", "attributes")
     for hook in HOOKS:
@@ -317,14 +326,19 @@ def test_the_poison_is_live_for_unhardened_git(repo: Path, tmp_path: Path) -> No
     assert {"fsmonitor", "filter-clean", "hook-pre-commit"} <= fired
 
 
+def commit_racy_files(repo: Path) -> None:
+    for name in RACY_FILES:
+        (repo / name).write_text("committed just before the poison: racily clean\n")
+    git(repo, "add", *RACY_FILES)
+    git(repo, "commit", "-q", "-m", "racy")
+
+
 def test_a_poisoned_config_runs_nothing_through_a_stash_and_commit_cycle(
     repo: Path, tmp_path: Path
 ) -> None:
     markers = tmp_path / "markers"
-    (repo / "racy.txt").write_text("committed just before the poison: racily clean\n")
-    git(repo, "add", "racy.txt")
-    git(repo, "commit", "-q", "-m", "racy")
-    poison(repo, markers)
+    commit_racy_files(repo)
+    poison(repo, markers, RACY_FILTERED)
     events = CheckedEvents()
     common: dict[str, Any] = {
         "dirty_action": "commit",
@@ -359,3 +373,27 @@ def test_poisoned_queries_run_nothing(repo: Path, tmp_path: Path) -> None:
     vcs.operation_in_progress(vcs.open_repo(repo))
     vcs.snapshot_tree(vcs.open_repo(repo), ["."])
     assert list(markers.iterdir()) == []
+
+
+def test_poisoned_filters_on_the_work_itself_refuse_the_stash_and_run_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    poison(repo, markers)
+    (repo / "tracked.txt").write_text("round 1\n")
+    events = CheckedEvents()
+    report = secure_tree(
+        repo,
+        round_no=1,
+        exit_cause="error",
+        head_before=None,
+        dirty_action="stash",
+        idempotency_s=60.0,
+        state_dir=tmp_path / "state",
+        emit=events,
+        now=1_800_000_000.0,
+    )
+    assert list(markers.iterdir()) == []
+    assert report.action == "failed"
+    assert "tracked.txt" in events.of("dirty_action_failed")[0]["reason"]
+    assert (repo / "tracked.txt").read_text() == "round 1\n"
