@@ -2,6 +2,7 @@
 
 All of them go through `run_git`: fixed `-c` overrides, a scrubbed environment, every
 filter driver the configuration defines switched off, a timeout that kills git's whole group.
+`open_repo` acts only on the repository that lives under the work dir, never one it points at.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ HARDENED_ENV: Mapping[str, str] = {
 # it re-reads racily clean files, through their clean filter.
 _FILTER_FREE = frozenset({"config", "rev-parse", "ls-tree", "update-ref"})
 _FILTER_KEYS = ("clean", "smudge", "process")
+_FALSE_VALUES = frozenset({"false", "no", "off", "0", ""})
 _MAX_ERROR_CHARS = 300
 _OPERATIONS = (
     ("MERGE_HEAD", "merge"),
@@ -188,17 +190,30 @@ def _add_config(env: dict[str, str], pairs: Sequence[tuple[str, str]]) -> None:
 
 def filter_overrides(work_dir: Path) -> list[tuple[str, str]]:
     """Config pairs emptying every `filter.<driver>.clean|smudge|process` defined, unrequired."""
-    # In-repo .gitattributes cannot be switched off (no GIT_ATTR_SOURCE before git 2.40), but a
-    # filter only runs when config names its program: so every configured driver is emptied.
-    result = _run(work_dir, ["config", "--null", "--name-only", "--get-regexp", r"^filter\."])
+    return _overrides_for(_config_entries(work_dir, r"^filter\."))
+
+
+def _config_entries(work_dir: Path, pattern: str) -> list[tuple[str, str | None]]:
+    """Every (key, value) in effect whose key matches `pattern`; None is a key with no value."""
+    result = _run(work_dir, ["config", "--null", "--get-regexp", pattern])
     if result.returncode == 1:  # no key matched
         return []
     if result.returncode != 0:
         raise GitError(_failure(["config"], result))
+    entries: list[tuple[str, str | None]] = []
+    for raw in result.stdout.split(b"\0"):
+        if raw:
+            key, newline, value = raw.partition(b"\n")
+            entries.append((os.fsdecode(key), os.fsdecode(value) if newline else None))
+    return entries
+
+
+def _overrides_for(entries: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    # In-repo .gitattributes cannot be switched off (no GIT_ATTR_SOURCE before git 2.40), but a
+    # filter only runs when config names its program: so every configured driver is emptied.
     pairs: list[tuple[str, str]] = []
     drivers: set[str] = set()
-    for raw in result.stdout.split(b"\0"):
-        key = os.fsdecode(raw.strip(b"\n"))
+    for key, _value in entries:
         section, _, rest = key.partition(".")
         driver, _, name = rest.rpartition(".")
         if section != "filter" or not driver:
@@ -247,29 +262,100 @@ class Repo:
         self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
     ) -> bytes:
         """`run_git` at the top of this work tree, reusing its filter overrides."""
-        return run_git(self.top, *args, env=env, input=input, overrides=self.overrides)
+        return run_git(self.top, *args, env=self._env(env), input=input, overrides=self.overrides)
+
+    def resolve(self, rev: str) -> str | None:
+        """The object id `rev` names in this repository, or None when it names nothing."""
+        args = ["rev-parse", "-q", "--verify", "--end-of-options", rev]
+        result = _run(self.top, args, env=self._env(None), overrides=self.overrides)
+        return result.stdout.decode("ascii").strip() if result.returncode == 0 else None
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        # Named explicitly, so no later call rediscovers the repository or reads core.worktree.
+        return {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.top), **(extra or {})}
 
 
 def open_repo(work_dir: Path) -> Repo:
-    """Locate the work tree containing `work_dir`; GitError when there is none."""
+    """Open the repository under `work_dir`; GitError if none, or if git would act elsewhere."""
     if not work_dir.is_dir():
         raise GitError(f"{work_dir} is not a directory")
-    args = ["rev-parse", "--show-toplevel", "--absolute-git-dir", "-q", "--verify", "HEAD^{commit}"]
+    args = [
+        "rev-parse",
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--absolute-git-dir",
+        "--git-common-dir",
+        "-q",
+        "--verify",
+        "HEAD^{commit}",
+    ]
     # Both run at once: this sits between two rounds, on the restart-latency path.
     locating = _start(work_dir, args)
     try:
-        overrides = tuple(filter_overrides(work_dir))
+        entries = _config_entries(work_dir, r"^(filter\.|core\.(worktree|bare)$)")
     finally:
         result = _finish(locating, args, None, GIT_TIMEOUT_S)
+    problem, bare = _layout_settings(entries)
     lines = result.stdout.split(b"\n")
-    # Exit 1 with both paths printed is an unborn HEAD; anything else is no work tree at all.
-    if result.returncode not in (0, 1) or len(lines) < 3 or not lines[0]:
+    # Exit 1 with the paths printed is an unborn HEAD; anything else is no work tree at all.
+    if problem is None and (result.returncode not in (0, 1) or len(lines) < 4 or not lines[0]):
         # git's own words matter here: "dubious ownership" needs a different fix than no repo.
-        message = f"{work_dir} is not inside a git work tree: {_detail(result)}"
-        raise GitError(message[:_MAX_ERROR_CHARS])
-    head = lines[2].decode("ascii") if result.returncode == 0 else None
-    top = Path(os.fsdecode(lines[0]))
-    return Repo(top, Path(os.fsdecode(lines[1])), head or None, overrides)
+        problem = bare or f"{work_dir} is not inside a git work tree: {_detail(result)}"
+    if problem is None:
+        top, git_dir, common = (Path(os.fsdecode(line)) for line in lines[:3])
+        problem = _layout_problem(work_dir, top, git_dir, common)
+        # A bare repository's linked worktrees are ordinary work trees: git ignores core.bare there.
+        if problem is None and bare and not (top / ".git").is_file():
+            problem = bare
+    if problem is not None:
+        raise GitError(problem[:_MAX_ERROR_CHARS])
+    head = lines[3].decode("ascii") if result.returncode == 0 else None
+    return Repo(top, git_dir, head or None, tuple(_overrides_for(entries)))
+
+
+def _layout_settings(entries: Iterable[tuple[str, str | None]]) -> tuple[str | None, str | None]:
+    """Why core.worktree refuses the repository, and why core.bare would (None: it does not)."""
+    worktree = bare = None
+    for key, value in entries:
+        if key == "core.worktree":
+            worktree = f"core.worktree is set (to {value}): git would act on another directory"
+        if key == "core.bare" and (value is None or value.lower() not in _FALSE_VALUES):
+            bare = "core.bare is true: git sees a repository without a work tree"
+    return worktree, bare
+
+
+def _layout_problem(work_dir: Path, top: Path, git_dir: Path, common: Path) -> str | None:
+    """Why git, started in `work_dir`, would act on something other than the repository there."""
+    real = work_dir.resolve()
+    if real != top and top not in real.parents:
+        return f"git reports the work tree {top}, which does not hold {work_dir}"
+    for folder in (real, *real.parents):
+        if folder == top:
+            break
+        if os.path.lexists(folder / ".git"):
+            # git walked past it to an outer repository: acting there would take another's work.
+            return f"{folder / '.git'} is there but git does not recognise it as a repository"
+    dot_git = top / ".git"
+    own = dot_git.is_dir() and git_dir == dot_git and common == dot_git
+    linked = dot_git.is_file() and _is_linked_worktree(dot_git, git_dir, common)
+    if (own or linked) and not dot_git.is_symlink():
+        return None
+    return (
+        f"git would use {git_dir}, not the repository in {dot_git} (a `gitdir:` file, "
+        "`commondir` or symlink points elsewhere)"
+    )
+
+
+def _is_linked_worktree(dot_git: Path, git_dir: Path, common: Path) -> bool:
+    # `git worktree add` registers the work tree in the main repository, and that registration
+    # points back at this `.git` file: a gitdir file alone cannot forge the way back.
+    if git_dir.parent != common / "worktrees":
+        return False
+    try:
+        back = (git_dir / "gitdir").read_bytes().strip()
+    except OSError:
+        return False
+    return Path(os.fsdecode(back)).resolve() == dot_git
 
 
 def is_work_tree(work_dir: Path) -> bool:
@@ -378,7 +464,7 @@ def snapshot_tree(repo: Repo, pathspecs: Sequence[str]) -> str:
 
 def stash_push(repo: Repo, message: str, pathspecs: Sequence[str]) -> str | None:
     """Stash matching changes, untracked files included; the new stash's SHA, or None if none."""
-    before = resolve(repo.top, "refs/stash")
+    before = repo.resolve("refs/stash")
     out = repo.git(
         "stash",
         "push",
@@ -388,7 +474,7 @@ def stash_push(repo: Repo, message: str, pathspecs: Sequence[str]) -> str | None
         *_PATHSPEC_STDIN,
         input=_pathspec_input(pathspecs),
     )
-    after = resolve(repo.top, "refs/stash")
+    after = repo.resolve("refs/stash")
     # Identical work, message and second make an identical stash commit: the SHA alone
     # cannot tell "saved again" from "nothing to save", git's own report can (LC_ALL=C).
     saved = after != before or out.startswith(b"Saved working directory")
@@ -410,7 +496,7 @@ def commit(repo: Repo, message: str, pathspecs: Sequence[str]) -> str:
         *_PATHSPEC_STDIN,
         input=spec,
     )
-    sha = head_sha(repo.top)
+    sha = repo.resolve("HEAD^{commit}")
     if sha is None:
         raise GitError("git commit reported success but HEAD names no commit")
     return sha

@@ -275,7 +275,7 @@ class _Job:
 
         def check() -> None:
             stashed = dict(vcs.tree_entries(tree.repo, f"{sha}^{{tree}}"))
-            if vcs.resolve(tree.repo.top, f"{sha}^3") is not None:  # the untracked-files parent
+            if tree.repo.resolve(f"{sha}^3") is not None:  # the untracked-files parent
                 stashed.update(vcs.tree_entries(tree.repo, f"{sha}^3"))
             self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
 
@@ -292,7 +292,7 @@ class _Job:
         age = self.now - float(last.get("at", 0))
         if not 0 <= age < self.idempotency_s:
             return None
-        return ref if vcs.resolve(self.tree.repo.top, f"{ref}^{{commit}}") == ref else None
+        return ref if self.tree.repo.resolve(f"{ref}^{{commit}}") == ref else None
 
     def commit(self, intent: DirtyIntent) -> TreeReport:
         tree = self.tree
@@ -304,7 +304,7 @@ class _Job:
         self.emit("dirty_auto_committed", round=self.round_no, ref=sha, files=files)
 
         def check() -> None:
-            parent = vcs.resolve(tree.repo.top, f"{sha}^") if tree.head is not None else None
+            parent = tree.repo.resolve(f"{sha}^") if tree.head is not None else None
             if parent != tree.head:
                 raise GitError(f"commit {sha} does not follow {tree.head}; left for the operator")
             self.verify_holds(snapshot, vcs.tree_entries(tree.repo, sha), paths, f"commit {sha}")
@@ -335,13 +335,13 @@ class _Job:
         except GitError as exc:
             self.emit("dirty_action_failed", round=self.round_no, action=action, reason=str(exc))
             return TreeReport(self.head_before, _head_or(tree), True, True, "failed", sha)
-        head = vcs.head_sha(tree.repo.top)
+        head = tree.repo.resolve("HEAD^{commit}")
         return TreeReport(self.head_before, head, True, bool(left), action, sha)
 
 
 def _head_or(tree: _Tree) -> str | None:
     try:
-        return vcs.head_sha(tree.repo.top)
+        return tree.repo.resolve("HEAD^{commit}")
     except GitError:
         return tree.head
 

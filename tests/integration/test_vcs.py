@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -397,3 +398,236 @@ def test_poisoned_filters_on_the_work_itself_refuse_the_stash_and_run_nothing(
     assert report.action == "failed"
     assert "tracked.txt" in events.of("dirty_action_failed")[0]["reason"]
     assert (repo / "tracked.txt").read_text() == "round 1\n"
+
+
+# --- a poisoned repository that reaches beyond the work dir ---------------------------------
+
+
+def fingerprint(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Every file and link under `root`, by content, except the top-level entries in `skip`."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in skip:
+            continue
+        if path.is_symlink():
+            found[str(rel)] = os.fsencode(os.readlink(path))
+        elif path.is_file():
+            found[str(rel)] = path.read_bytes()
+    return found
+
+
+def evil_script(tmp_path: Path, markers: Path, name: str) -> str:
+    path = tmp_path / "evil" / name
+    path.write_text(f'#!/bin/sh\ntouch "{markers}/{name}"\ncat\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def include_poison(repo: Path, tmp_path: Path, markers: Path) -> None:
+    included = tmp_path / "included.cfg"
+    included.write_text(
+        f'[filter "inc"]\n\tclean = {evil_script(tmp_path, markers, "inc-clean")}\n'
+        f"\tsmudge = {evil_script(tmp_path, markers, 'inc-smudge')}\n\trequired = true\n"
+        f"[core]\n\tfsmonitor = {evil_script(tmp_path, markers, 'inc-fsmonitor')}\n"
+    )
+    git(repo, "config", "include.path", str(included))
+
+
+def make_victim(tmp_path: Path, markers: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    git(victim, "init", "-q", "-b", "main")
+    (victim / "own.txt").write_text("v1\n")
+    git(victim, "add", "own.txt")
+    git(victim, "commit", "-q", "-m", "victim")
+    (victim / "own.txt").write_text("the victim's uncommitted work\n")
+    git(victim, "config", "core.fsmonitor", evil_script(tmp_path, markers, "victim-fsmonitor"))
+    return victim
+
+
+def worktree_elsewhere(repo: Path, tmp_path: Path, markers: Path) -> None:
+    git(repo, "config", "core.worktree", str(make_victim(tmp_path, markers)))
+
+
+def gitdir_elsewhere(repo: Path, tmp_path: Path, markers: Path) -> None:
+    victim = make_victim(tmp_path, markers)
+    shutil.rmtree(repo / ".git")
+    (repo / ".git").write_text(f"gitdir: {victim / '.git'}\n")
+
+
+@pytest.mark.parametrize(
+    ("redirect", "outcome"),
+    [
+        (include_poison, "secured"),
+        (worktree_elsewhere, "core.worktree"),
+        (gitdir_elsewhere, "gitdir"),
+    ],
+)
+def test_a_poisoned_repository_runs_nothing_and_touches_nothing_outside_the_work_dir(
+    repo: Path, tmp_path: Path, redirect: Any, outcome: str
+) -> None:
+    markers = tmp_path / "markers"
+    commit_racy_files(repo)
+    poison(repo, markers, RACY_FILTERED)
+    redirect(repo, tmp_path, markers)
+    outside = fingerprint(tmp_path, skip=("repo", "state"))
+    events = CheckedEvents()
+    common: dict[str, Any] = {
+        "dirty_action": "commit",
+        "idempotency_s": 60.0,
+        "state_dir": tmp_path / "state",
+        "emit": events,
+        "now": 1_800_000_000.0,
+    }
+    (repo / "tracked.txt").write_text("round 1\n")
+    (repo / "new.txt").write_text("new\n")
+    stashed = secure_tree(repo, round_no=1, exit_cause="error", head_before=None, **common)
+    (repo / "tracked.txt").write_text("round 2\n")
+    committed = secure_tree(repo, round_no=2, exit_cause="clean", head_before=None, **common)
+
+    assert sorted(p.name for p in markers.iterdir()) == []
+    assert fingerprint(tmp_path, skip=("repo", "state")) == outside
+    if outcome == "secured":
+        assert events.of("dirty_action_failed") == []
+        assert (stashed.action, committed.action) == ("stash", "commit")
+    else:
+        assert (stashed.action, committed.action) == ("failed", "failed")
+        reasons = [e["reason"] for e in events.of("dirty_action_failed")]
+        assert all(outcome in reason for reason in reasons), reasons
+        assert (repo / "new.txt").read_text() == "new\n"
+        assert (repo / "tracked.txt").read_text() == "round 2\n"
+
+
+# --- the repository the supervisor acts on is the one under work_dir -----------------------
+
+
+def make_other(tmp_path: Path) -> Path:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    (other / "x.txt").write_text("x\n")
+    git(other, "add", "x.txt")
+    git(other, "commit", "-q", "-m", "other")
+    return other
+
+
+def symlinked_git_dir(repo: Path, other: Path) -> None:
+    shutil.rmtree(repo / ".git")
+    (repo / ".git").symlink_to(other / ".git")
+
+
+def common_dir_elsewhere(repo: Path, other: Path) -> None:
+    (repo / ".git" / "commondir").write_text(f"{other / '.git'}\n")
+
+
+def separate_git_dir(repo: Path, other: Path) -> None:
+    shutil.move(repo / ".git", other / "moved.git")
+    (repo / ".git").write_text(f"gitdir: {other / 'moved.git'}\n")
+
+
+def bare_config(repo: Path, other: Path) -> None:
+    git(repo, "config", "core.bare", "true")
+
+
+def own_worktree_setting(repo: Path, other: Path) -> None:
+    git(repo, "config", "core.worktree", str(repo))
+
+
+@pytest.mark.parametrize(
+    ("layout", "reason"),
+    [
+        (symlinked_git_dir, "not the repository in"),
+        (common_dir_elsewhere, "not the repository in"),
+        (separate_git_dir, "not the repository in"),
+        (bare_config, "core.bare"),
+        (own_worktree_setting, "core.worktree"),
+    ],
+)
+def test_open_repo_refuses_a_repository_redirected_away_from_work_dir(
+    repo: Path, tmp_path: Path, layout: Any, reason: str
+) -> None:
+    layout(repo, make_other(tmp_path))
+    with pytest.raises(GitError, match=reason):
+        vcs.open_repo(repo)
+
+
+def test_open_repo_refuses_a_broken_git_dir_inside_another_repository(tmp_path: Path) -> None:
+    outer = make_other(tmp_path)
+    inner = outer / "project"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    (inner / ".git" / "HEAD").write_text("garbage\n")  # git now walks up to `outer`
+    assert git(inner, "rev-parse", "--show-toplevel").strip() == str(outer)
+    with pytest.raises(GitError, match="does not recognise"):
+        vcs.open_repo(inner)
+
+
+def test_open_repo_accepts_a_subdirectory_and_a_linked_worktree(repo: Path, tmp_path: Path) -> None:
+    (repo / "sub").mkdir()
+    assert vcs.open_repo(repo / "sub").top == repo
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    opened = vcs.open_repo(linked)
+    assert opened.top == linked
+    assert opened.git_dir == repo / ".git" / "worktrees" / "linked"
+
+
+def test_a_linked_worktree_is_stashed_without_touching_the_main_one(
+    repo: Path, tmp_path: Path
+) -> None:
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    (repo / "tracked.txt").write_text("main's own work\n")
+    (linked / "tracked.txt").write_text("linked work\n")
+    (linked / "new.txt").write_text("new\n")
+    events = CheckedEvents()
+    report = secure_tree(
+        linked,
+        round_no=1,
+        exit_cause="error",
+        head_before=None,
+        dirty_action="stash",
+        idempotency_s=60.0,
+        state_dir=tmp_path / "state",
+        emit=events,
+        now=1_800_000_000.0,
+    )
+    assert events.of("dirty_action_failed") == []
+    assert report.action == "stash"
+    assert git(linked, "status", "--porcelain") == ""
+    assert (repo / "tracked.txt").read_text() == "main's own work\n"
+    assert git(repo, "cat-file", "blob", f"{report.ref}:tracked.txt") == "linked work\n"
+
+
+def test_a_linked_worktree_of_a_bare_repository_is_stashed(repo: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    linked = tmp_path / "linked"
+    git(bare, "worktree", "add", "-q", "-b", "side", str(linked))
+    (linked / "new.txt").write_text("new\n")
+    events = CheckedEvents()
+    report = secure_tree(
+        linked,
+        round_no=1,
+        exit_cause="error",
+        head_before=None,
+        dirty_action="stash",
+        idempotency_s=60.0,
+        state_dir=tmp_path / "state",
+        emit=events,
+        now=1_800_000_000.0,
+    )
+    assert events.of("dirty_action_failed") == []
+    assert report.action == "stash"
+    assert git(bare, "cat-file", "blob", f"{report.ref}^3:new.txt") == "new\n"
+
+
+def test_a_forged_linked_worktree_is_refused(repo: Path, tmp_path: Path) -> None:
+    other = make_other(tmp_path)
+    git(other, "worktree", "add", "-q", "-b", "side", str(tmp_path / "legit"))
+    # The registration in `other` points back at `legit`, not at this repository.
+    shutil.rmtree(repo / ".git")
+    (repo / ".git").write_text(f"gitdir: {other / '.git' / 'worktrees' / 'legit'}\n")
+    with pytest.raises(GitError, match="not the repository in"):
+        vcs.open_repo(repo)
