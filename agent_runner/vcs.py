@@ -36,6 +36,9 @@ HARDENING_ARGS: tuple[str, ...] = (
     "-c", "commit.gpgSign=false",
     "-c", "gc.auto=0",
     "-c", "maintenance.auto=false",
+    # A submodule is another repository with its own config (filters, fsmonitor): never entered.
+    "-c", "diff.ignoreSubmodules=all",
+    "-c", "submodule.recurse=false",
 )  # fmt: skip
 
 HARDENED_ENV: Mapping[str, str] = {
@@ -59,6 +62,7 @@ HARDENED_ENV: Mapping[str, str] = {
 _FILTER_FREE = frozenset({"config", "rev-parse", "ls-tree", "update-ref"})
 _FILTER_KEYS = ("clean", "smudge", "process")
 _FALSE_VALUES = frozenset({"false", "no", "off", "0", ""})
+_GITLINK_MODE = b"160000"
 _MAX_ERROR_CHARS = 300
 _OPERATIONS = (
     ("MERGE_HEAD", "merge"),
@@ -388,6 +392,7 @@ def status(repo: Repo) -> tuple[StatusEntry, ...]:
         "--untracked-files=all",
         "--no-renames",
         "--ignored=no",
+        "--ignore-submodules=all",
     )
     entries = []
     for record in out.split(b"\0"):
@@ -402,6 +407,16 @@ def operation_in_progress(repo: Repo) -> str | None:
         if (repo.git_dir / name).exists():
             return operation
     return None
+
+
+def submodule_paths(repo: Repo) -> tuple[str, ...]:
+    """Paths of the submodules (gitlinks) in the index."""
+    out = repo.git("ls-files", "-z", "--stage")
+    paths = []
+    for record in out.split(b"\0"):
+        if record.startswith(_GITLINK_MODE + b" "):
+            paths.append(os.fsdecode(record.partition(b"\t")[2]))
+    return tuple(paths)
 
 
 def filtered_paths(repo: Repo, paths: Sequence[str]) -> dict[str, str]:

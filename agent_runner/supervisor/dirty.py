@@ -137,6 +137,9 @@ def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit
             excluded.update(p for p in rel if _is_protected(entry.path, (p,)))
         else:
             files.append(entry.path)
+    if files:
+        # add and stash would look inside a submodule, running its own config's filters.
+        excluded.update(vcs.submodule_paths(repo))
     # Excluding an ignored path by name makes `git add` fail; ignored paths need no exclusion.
     return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)))
 

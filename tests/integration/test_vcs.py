@@ -424,6 +424,36 @@ def evil_script(tmp_path: Path, markers: Path, name: str) -> str:
     return str(path)
 
 
+def add_submodule(repo: Path, tmp_path: Path) -> None:
+    source = tmp_path / "subsrc"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    (source / "lib.txt").write_text("lib\n")
+    (source / ".gitattributes").write_text("* filter=subevil\n")
+    git(source, "add", ".")
+    git(source, "commit", "-q", "-m", "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), "sub")
+    # In-repo .gitmodules asking git to look inside, whatever the config says.
+    git(repo, "config", "--file", ".gitmodules", "submodule.sub.ignore", "none")
+    git(repo, "add", ".gitmodules")
+    git(repo, "commit", "-q", "-m", "submodule")
+
+
+def poison_submodule(repo: Path, tmp_path: Path, markers: Path) -> None:
+    sub = repo / "sub"
+    for key, name in (
+        ("filter.subevil.clean", "sub-filter-clean"),
+        ("filter.subevil.smudge", "sub-filter-smudge"),
+        ("filter.subevil.process", "sub-filter-process"),
+        ("core.fsmonitor", "sub-fsmonitor"),
+        ("core.pager", "sub-pager"),
+    ):
+        git(sub, "config", key, evil_script(tmp_path, markers, name))
+    git(sub, "config", "filter.subevil.required", "true")
+    git(sub, "config", "core.hooksPath", str(tmp_path / "evil" / "hooks"))
+    (sub / "lib.txt").write_text("work inside the submodule\n")  # status would look inside
+
+
 def include_poison(repo: Path, tmp_path: Path, markers: Path) -> None:
     included = tmp_path / "included.cfg"
     included.write_text(
@@ -459,6 +489,7 @@ def gitdir_elsewhere(repo: Path, tmp_path: Path, markers: Path) -> None:
 @pytest.mark.parametrize(
     ("redirect", "outcome"),
     [
+        (poison_submodule, "secured"),
         (include_poison, "secured"),
         (worktree_elsewhere, "core.worktree"),
         (gitdir_elsewhere, "gitdir"),
@@ -469,6 +500,8 @@ def test_a_poisoned_repository_runs_nothing_and_touches_nothing_outside_the_work
 ) -> None:
     markers = tmp_path / "markers"
     commit_racy_files(repo)
+    if redirect is poison_submodule:
+        add_submodule(repo, tmp_path)  # before the poison: test-side git is not hardened
     poison(repo, markers, RACY_FILTERED)
     redirect(repo, tmp_path, markers)
     outside = fingerprint(tmp_path, skip=("repo", "state"))
@@ -497,6 +530,8 @@ def test_a_poisoned_repository_runs_nothing_and_touches_nothing_outside_the_work
         assert all(outcome in reason for reason in reasons), reasons
         assert (repo / "new.txt").read_text() == "new\n"
         assert (repo / "tracked.txt").read_text() == "round 2\n"
+    if redirect is poison_submodule:
+        assert (repo / "sub" / "lib.txt").read_text() == "work inside the submodule\n"
 
 
 # --- the repository the supervisor acts on is the one under work_dir -----------------------
