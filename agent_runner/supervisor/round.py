@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from agent_runner import vcs
 from agent_runner.clock import Clock
 from agent_runner.config import Config
-from agent_runner.errors import GitError
 from agent_runner.events import Emit, redact_argv
 from agent_runner.parsers import Findings, parse_transcript, report_findings
 from agent_runner.supervisor.dirty import TreeReport, secure_tree
@@ -178,14 +175,6 @@ class RoundRunner:
                 *(str(path) for path in self.config.prompt.files),
             ),
         )
-
-
-def current_head(work_dir: Path) -> str | None:
-    """HEAD of the work tree, or None (no commits yet, or git failed)."""
-    try:
-        return vcs.head_sha(work_dir)
-    except GitError:
-        return None
 
 
 def _loggable_argv(argv: list[str], delivery: str) -> list[str]:

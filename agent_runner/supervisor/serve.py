@@ -14,7 +14,7 @@ from typing import Any
 from agent_runner import __version__, vcs
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config, read_prompt
-from agent_runner.errors import ConfigError, ExitCode
+from agent_runner.errors import ConfigError, ExitCode, GitError
 from agent_runner.events import EventLog, format_event
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
@@ -22,7 +22,7 @@ from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
 from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
-from agent_runner.supervisor.round import RoundResult, RoundRunner, current_head
+from agent_runner.supervisor.round import RoundResult, RoundRunner
 from agent_runner.supervisor.state import loop_from_state, read_state, write_state
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
@@ -103,8 +103,13 @@ class Serve:
         reap_previous_agent(previous, emit)
         sandbox = probe_sandbox(self.config, emit)
         # work_dir only changes on restart, so whether it is a git tree is settled once.
-        self.in_git = vcs.is_work_tree(self.config.runtime.work_dir)
-        self.head = current_head(self.config.runtime.work_dir) if self.in_git else None
+        work_dir = self.config.runtime.work_dir
+        try:
+            self.head = vcs.open_repo(work_dir).head
+            self.in_git = True
+        except GitError:
+            # Not a repository we may act on (none, or redirected): secure_tree says which.
+            self.head, self.in_git = None, vcs.is_work_tree(work_dir)
         watcher = ConfigWatcher(self.config, emit)
         self._state = {
             "supervisor": {
