@@ -5,15 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_runner.events import check_event
+
 
 @dataclass
 class RecordedEvents:
-    """An `emit` callable that keeps every event in memory."""
+    """An `emit` callable that keeps every event in memory.
+
+    Like the real event log it refuses an unregistered kind or a wrong field set, so a test
+    cannot pass with an event the supervisor would fail to write.
+    """
 
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, kind: str, **fields: Any) -> None:
-        self.events.append({"event": kind, **fields})
+        event = {"event": kind, **fields}
+        check_event(event)
+        self.events.append(event)
 
     def kinds(self) -> list[str]:
         return [e["event"] for e in self.events]

@@ -90,17 +90,28 @@ def agent(name: str, *args: str) -> list[str]:
     return [sys.executable, str(AGENTS / name), *args]
 
 
-def git(work_dir: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=work_dir, check=True, capture_output=True, text=True, env=env
-    ).stdout
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    """Test-side git, unhardened, with an identity of its own (the code under test needs none)."""
+    out = subprocess.run(
+        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=check,
+        capture_output=True,
+    )
+    return out.stdout.decode("utf-8", "surrogateescape")
+
+
+@pytest.fixture
+def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user or system git config and no inherited GIT_* variable reach a test."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in list(os.environ):
+        if name.startswith("GIT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
 
 
 def pid_alive(pid: int) -> bool:

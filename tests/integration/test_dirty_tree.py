@@ -14,43 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_runner.events import check_event
 from agent_runner.plugins import DirtyIntent
 from agent_runner.supervisor.dirty import DirtyView, TreeReport, secure_tree
 from tests.fakes import RecordedEvents
+from tests.integration.conftest import git
+
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 NOW = 1_800_000_000.0
-
-
-class CheckedEvents(RecordedEvents):
-    """Records events, refusing any the real event log would refuse."""
-
-    def __call__(self, kind: str, **fields: Any) -> None:
-        check_event({"event": kind, **fields})
-        super().__call__(kind, **fields)
-
-
-@pytest.fixture(autouse=True)
-def no_user_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    for name in list(os.environ):
-        if name.startswith("GIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-
-
-def git(repo: Path, *args: str, check: bool = True) -> str:
-    """Test-side git, with an identity of its own (the code under test must not need one)."""
-    out = subprocess.run(
-        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=check,
-        capture_output=True,
-    )
-    return out.stdout.decode("utf-8", "surrogateescape")
 
 
 def make_repo(tmp_path: Path, *, commit: bool = True) -> Path:
@@ -108,7 +79,7 @@ def leave_work(repo: Path) -> None:
 
 def test_clean_tree_reports_no_progress_and_emits_nothing(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert report.action == "none"
     assert not report.dirty_before
@@ -121,7 +92,7 @@ def test_new_commit_by_the_agent_counts_as_progress(tmp_path: Path) -> None:
     before = git(repo, "rev-parse", "HEAD").strip()
     (repo / "tracked.txt").write_text("agent\n")
     git(repo, "commit", "-q", "-am", "agent work")
-    report = secure(repo, CheckedEvents(), head_before=before)
+    report = secure(repo, RecordedEvents(), head_before=before)
     assert report.action == "none"
     assert report.progressed
 
@@ -129,7 +100,7 @@ def test_new_commit_by_the_agent_counts_as_progress(tmp_path: Path) -> None:
 def test_ignored_files_are_not_dirty_and_stay_on_disk(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     (repo / "cache.ignored").write_text("keep me")
-    report = secure(repo, CheckedEvents())
+    report = secure(repo, RecordedEvents())
     assert report.action == "none"
     assert (repo / "cache.ignored").read_text() == "keep me"
 
@@ -140,7 +111,7 @@ def test_ignored_files_are_not_dirty_and_stay_on_disk(tmp_path: Path) -> None:
 def test_stash_includes_untracked_files_and_leaves_the_tree_clean(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause="timeout")
 
     assert events.kinds() == ["dirty_detected", "orphan_stashed"]
@@ -170,7 +141,7 @@ def test_stash_includes_untracked_files_and_leaves_the_tree_clean(tmp_path: Path
 def test_stash_ref_is_a_sha_that_survives_later_stashes(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     first = secure(repo, events).ref
     (repo / "tracked.txt").write_text("v3\n")
     second = secure(repo, events, round_no=8).ref
@@ -188,7 +159,7 @@ def test_stash_ref_is_a_sha_that_survives_later_stashes(tmp_path: Path) -> None:
 def test_identical_work_within_the_window_is_not_stashed_twice(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     first = secure(repo, events).ref
     leave_work(repo)
     report = secure(repo, events, round_no=8, now=NOW + 30)
@@ -204,7 +175,7 @@ def test_identical_work_within_the_window_is_not_stashed_twice(tmp_path: Path) -
 def test_identical_work_after_the_window_is_stashed_again(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     secure(repo, events)
     leave_work(repo)
     report = secure(repo, events, round_no=8, now=NOW + 61)
@@ -215,7 +186,7 @@ def test_identical_work_after_the_window_is_stashed_again(tmp_path: Path) -> Non
 def test_different_work_within_the_window_is_stashed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     secure(repo, events)
     leave_work(repo)
     (repo / "new.txt").write_text("different\n")
@@ -227,7 +198,7 @@ def test_different_work_within_the_window_is_stashed(tmp_path: Path) -> None:
 def test_stash_without_any_commit_fails_and_keeps_the_work(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, commit=False)
     (repo / "first.txt").write_text("work")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
 
     assert report.action == "failed"
@@ -242,7 +213,7 @@ def test_stash_on_a_detached_head(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     git(repo, "checkout", "-q", "--detach")
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert report.action == "stash"
     assert porcelain(repo) == ""
@@ -254,7 +225,7 @@ def test_stash_on_a_detached_head(tmp_path: Path) -> None:
 def test_commit_after_a_clean_exit_needs_no_user_identity(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause="clean", dirty_action="commit")
 
     head = git(repo, "rev-parse", "HEAD").strip()
@@ -280,7 +251,7 @@ def test_commit_after_any_other_exit_stashes_instead(tmp_path: Path, cause: str)
     repo = make_repo(tmp_path)
     head = git(repo, "rev-parse", "HEAD").strip()
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause=cause, dirty_action="commit")
     assert report.action == "stash"
     assert git(repo, "rev-parse", "HEAD").strip() == head
@@ -290,7 +261,7 @@ def test_commit_after_any_other_exit_stashes_instead(tmp_path: Path, cause: str)
 def test_commit_in_a_repository_without_commits_makes_the_root_commit(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, commit=False)
     (repo / "first.txt").write_text("work")
-    report = secure(repo, CheckedEvents(), exit_cause="clean", dirty_action="commit")
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
     assert report.action == "commit"
     assert report.head_before is None
     assert report.head_after == git(repo, "rev-parse", "HEAD").strip()
@@ -302,7 +273,7 @@ def test_commit_on_a_detached_head_moves_only_head(tmp_path: Path) -> None:
     main = git(repo, "rev-parse", "main").strip()
     git(repo, "checkout", "-q", "--detach")
     leave_work(repo)
-    report = secure(repo, CheckedEvents(), exit_cause="clean", dirty_action="commit")
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
     assert report.action == "commit"
     assert git(repo, "rev-parse", "main").strip() == main
     assert git(repo, "rev-parse", "HEAD^").strip() == main
@@ -314,7 +285,7 @@ def test_commit_on_a_detached_head_moves_only_head(tmp_path: Path) -> None:
 def test_ignore_leaves_the_work_and_says_so(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, dirty_action="ignore")
     assert report.action == "ignore"
     assert report.dirty_after
@@ -332,7 +303,7 @@ def test_stale_index_lock_is_cleared_with_an_event(tmp_path: Path) -> None:
     leave_work(repo)
     lock = repo / ".git" / "index.lock"
     lock.write_bytes(b"half-written index of a killed git")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert events.of("git_index_lock_cleared") == [
         {"event": "git_index_lock_cleared", "round": 7, "path": str(lock)}
@@ -345,7 +316,7 @@ def test_index_lock_held_by_a_live_process_is_left_alone(tmp_path: Path) -> None
     repo = make_repo(tmp_path)
     leave_work(repo)
     lock = repo / ".git" / "index.lock"
-    events = CheckedEvents()
+    events = RecordedEvents()
     with lock.open("wb"):
         report = secure(repo, events)
         assert lock.exists()
@@ -361,7 +332,7 @@ def test_index_lock_held_is_seen_through_a_symlinked_work_dir(tmp_path: Path) ->
     link = tmp_path / "link"
     link.symlink_to(repo)
     with (repo / ".git" / "index.lock").open("wb"):
-        report = secure(link, CheckedEvents())
+        report = secure(link, RecordedEvents())
     assert report.action == "failed"
     assert (repo / ".git" / "index.lock").exists()
 
@@ -378,7 +349,7 @@ def test_merge_in_progress_is_left_for_the_operator(tmp_path: Path) -> None:
     (repo / "new.txt").write_text("more")
     assert (repo / ".git" / "MERGE_HEAD").exists()
 
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert events.of("git_merge_in_progress") == [
         {"event": "git_merge_in_progress", "round": 7, "operation": "merge"}
@@ -401,7 +372,7 @@ def test_odd_file_names_are_secured(tmp_path: Path, action: str) -> None:
     ]
     for name in names:
         Path(os.fsdecode(bytes(repo) + b"/" + name)).write_bytes(name)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause="clean", dirty_action=action)
 
     assert report.action == action
@@ -428,7 +399,7 @@ def test_modified_config_is_never_stashed(tmp_path: Path) -> None:
     git(repo, "commit", "-q", "-m", "config")
     (repo / "agent-runner.toml").write_text("schema_version = 1\n# operator edit\n")
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
 
     assert events.of("dirty_protected_file") == [
@@ -445,7 +416,7 @@ def test_untracked_config_is_never_committed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     (repo / "agent-runner.toml").write_text("schema_version = 1\n")
     leave_work(repo)
-    report = secure(repo, CheckedEvents(), exit_cause="clean", dirty_action="commit")
+    report = secure(repo, RecordedEvents(), exit_cause="clean", dirty_action="commit")
     assert report.action == "commit"
     assert "agent-runner.toml" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD")
     assert porcelain(repo) == "?? agent-runner.toml\n"
@@ -454,7 +425,7 @@ def test_untracked_config_is_never_committed(tmp_path: Path) -> None:
 def test_an_untracked_config_alone_is_not_agent_work_and_not_news(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     (repo / "agent-runner.toml").write_text("schema_version = 1\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert report.action == "none"
     assert not report.progressed
@@ -476,7 +447,7 @@ def test_protected_log_dir_and_subdirectory_work_dir(tmp_path: Path) -> None:
         dirty_action="stash",
         idempotency_s=60,
         state_dir=tmp_path / "state",
-        emit=CheckedEvents(),
+        emit=RecordedEvents(),
         now=NOW,
         protected=("agent-runner.toml", str(work / "logs")),
     )
@@ -491,7 +462,7 @@ def test_not_a_work_tree_fails_without_raising(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "file").write_text("x")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(plain, events, head_before=None)
     assert report.action == "failed"
     assert "not inside a git work tree" in events.of("dirty_action_failed")[0]["reason"]
@@ -513,7 +484,7 @@ def test_third_party_commit_of_a_subset(tmp_path: Path) -> None:
         docs = [f for f in view.files if f.startswith("docs/")]
         return DirtyIntent.commit(f"docs from round {view.round}", paths=docs)
 
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause="clean", decide=keep_docs, settings={"start_hour": 9})
     assert seen[0].settings == {"start_hour": 9}
     assert seen[0].files == ("docs/guide.md", "new.txt", "tracked.txt")
@@ -527,7 +498,7 @@ def test_third_party_commit_of_a_subset(tmp_path: Path) -> None:
 def test_third_party_commit_after_an_error_is_stashed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, decide=lambda v: DirtyIntent.commit("half done"))
     assert report.action == "stash"
     assert "stashed instead" in events.of("dirty_intent_rejected")[0]["reason"]
@@ -548,7 +519,7 @@ def test_invalid_third_party_intent_falls_back_to_the_builtin(
 ) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause="clean", decide=lambda v: intent)
     assert len(events.of("dirty_intent_rejected")) == 1
     assert report.action == "stash"
@@ -566,7 +537,7 @@ def test_raising_third_party_handler_falls_back_to_the_builtin(tmp_path: Path) -
     def broken(view: DirtyView) -> DirtyIntent:
         raise RuntimeError("boom")
 
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, decide=broken)
     assert "boom" in events.of("dirty_intent_rejected")[0]["reason"]
     assert report.action == "stash"
@@ -575,7 +546,7 @@ def test_raising_third_party_handler_falls_back_to_the_builtin(tmp_path: Path) -
 def test_third_party_ignore_and_empty_stash_message(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     assert secure(repo, events, decide=lambda v: DirtyIntent.ignore("mine")).action == "ignore"
     assert events.of("dirty_ignored")[0]["reason"] == "mine"
     report = secure(repo, events, decide=lambda v: DirtyIntent.stash(""))
@@ -603,7 +574,7 @@ def test_the_supervisor_never_asks_git_to_destroy_work(
     for round_no, cause in enumerate(["error", "clean", "timeout"], start=1):
         leave_work(repo)
         (repo / f"round{round_no}.txt").write_text("work")
-        secure(repo, CheckedEvents(), round_no=round_no, exit_cause=cause, dirty_action="commit")
+        secure(repo, RecordedEvents(), round_no=round_no, exit_cause=cause, dirty_action="commit")
 
     invoked = calls.read_text().splitlines()
     assert any(" stash push " in f" {line} " for line in invoked)
@@ -617,7 +588,7 @@ def test_a_state_dir_inside_the_work_tree_is_never_stashed(tmp_path: Path) -> No
     repo = make_repo(tmp_path)
     leave_work(repo)
     state = repo / "state"
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, state_dir=state)
     assert report.action == "stash"
     assert (state / "dirty-last-stash.json").exists()
@@ -638,7 +609,7 @@ def test_an_ignored_config_and_log_dir_do_not_break_stash_or_commit(
     (repo / "logs" / "events.jsonl").write_text("{}\n")
     (repo / "logs" / "notes.txt").write_text("not ignored, still protected\n")
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(
         repo, events, exit_cause=cause, dirty_action=action, protected=("agent-runner.toml", "logs")
     )
@@ -659,7 +630,7 @@ def test_an_embedded_repository_is_never_deleted(tmp_path: Path) -> None:
     git(nested, "commit", "-q", "-m", "nested")
     (nested / "uncommitted.c").write_text("int y;")
     (repo / "tracked.txt").write_text("v2\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
 
     # git stash cannot hold another repository's files: they stay, and the event says so.
@@ -692,7 +663,7 @@ def test_any_file_names_are_stashed_or_committed_exactly(
         chosen = paths[:1]
         report = secure(
             repo,
-            CheckedEvents(),
+            RecordedEvents(),
             exit_cause="clean",
             decide=lambda v: DirtyIntent.commit("m", chosen),
         )
@@ -700,7 +671,7 @@ def test_any_file_names_are_stashed_or_committed_exactly(
         assert set(git(repo, "show", "--name-only", "-z", "--format=", "HEAD").split("\0")) - {
             ""
         } == set(chosen)
-        report = secure(repo, CheckedEvents(), round_no=8)
+        report = secure(repo, RecordedEvents(), round_no=8)
         assert report.action == ("stash" if paths[1:] else "none")
         assert porcelain(repo) == ""
         for path in paths:
@@ -737,7 +708,7 @@ def test_files_under_a_filter_are_left_on_disk_not_rewritten(
     os.utime(repo / "data.secret")
     leave_work(repo)
     head = git(repo, "rev-parse", "HEAD").strip()
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, exit_cause=cause, dirty_action=action)
 
     assert report.action == "failed"
@@ -758,7 +729,7 @@ def test_unfiltered_work_in_a_repository_with_filters_is_stashed(tmp_path: Path)
     repo = make_repo(tmp_path)
     rot13_filter(repo)
     leave_work(repo)
-    report = secure(repo, CheckedEvents())
+    report = secure(repo, RecordedEvents())
     assert report.action == "stash"
     assert (repo / "data.secret").read_text() == "hello\n"
     assert porcelain(repo) == ""
@@ -770,7 +741,7 @@ def test_a_filter_dropped_from_gitattributes_still_counts(tmp_path: Path) -> Non
     # The stash would put HEAD's .gitattributes back and write HEAD's blob unfiltered.
     (repo / ".gitattributes").write_text("")
     (repo / "data.secret").write_text("hello again\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events)
     assert report.action == "failed"
     assert "data.secret" in events.of("dirty_action_failed")[0]["reason"]
@@ -787,7 +758,7 @@ def test_symlinked_config_and_prompt_are_never_stashed(tmp_path: Path) -> None:
     (repo / "agent-runner.toml").symlink_to(outside / "real.toml")
     (repo / "prompt.md").symlink_to(outside / "prompt.md")
     leave_work(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, protected=("agent-runner.toml", str(repo / "prompt.md")))
 
     assert report.action == "stash"
@@ -815,7 +786,7 @@ def test_a_repository_git_cannot_open_counts_as_possibly_dirty(
     leave_work(repo)
     head = git(repo, "rev-parse", "HEAD").strip()
     breakage(repo)
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure(repo, events, head_before=head)
 
     # The work may well be there: a round that cannot be inspected must not look stalled.

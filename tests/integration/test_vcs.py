@@ -13,40 +13,11 @@ import pytest
 
 from agent_runner import vcs
 from agent_runner.errors import GitError
-from agent_runner.events import check_event
 from agent_runner.supervisor.dirty import secure_tree
 from tests.fakes import RecordedEvents
+from tests.integration.conftest import git
 
-
-class CheckedEvents(RecordedEvents):
-    """Records events, refusing any the real event log would refuse."""
-
-    def __call__(self, kind: str, **fields: Any) -> None:
-        check_event({"event": kind, **fields})
-        super().__call__(kind, **fields)
-
-
-@pytest.fixture(autouse=True)
-def no_user_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    for name in list(os.environ):
-        if name.startswith("GIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-
-
-def git(repo: Path, *args: str) -> str:
-    """Test-side git, unhardened, with an identity of its own."""
-    out = subprocess.run(
-        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
-    return out.stdout.decode("utf-8", "surrogateescape")
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 @pytest.fixture
@@ -340,7 +311,7 @@ def test_a_poisoned_config_runs_nothing_through_a_stash_and_commit_cycle(
     markers = tmp_path / "markers"
     commit_racy_files(repo)
     poison(repo, markers, RACY_FILTERED)
-    events = CheckedEvents()
+    events = RecordedEvents()
     common: dict[str, Any] = {
         "dirty_action": "commit",
         "idempotency_s": 60.0,
@@ -382,7 +353,7 @@ def test_poisoned_filters_on_the_work_itself_refuse_the_stash_and_run_nothing(
     markers = tmp_path / "markers"
     poison(repo, markers)
     (repo / "tracked.txt").write_text("round 1\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure_tree(
         repo,
         round_no=1,
@@ -505,7 +476,7 @@ def test_a_poisoned_repository_runs_nothing_and_touches_nothing_outside_the_work
     poison(repo, markers, RACY_FILTERED)
     redirect(repo, tmp_path, markers)
     outside = fingerprint(tmp_path, skip=("repo", "state"))
-    events = CheckedEvents()
+    events = RecordedEvents()
     common: dict[str, Any] = {
         "dirty_action": "commit",
         "idempotency_s": 60.0,
@@ -616,7 +587,7 @@ def test_a_linked_worktree_is_stashed_without_touching_the_main_one(
     (repo / "tracked.txt").write_text("main's own work\n")
     (linked / "tracked.txt").write_text("linked work\n")
     (linked / "new.txt").write_text("new\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure_tree(
         linked,
         round_no=1,
@@ -641,7 +612,7 @@ def test_a_linked_worktree_of_a_bare_repository_is_stashed(repo: Path, tmp_path:
     linked = tmp_path / "linked"
     git(bare, "worktree", "add", "-q", "-b", "side", str(linked))
     (linked / "new.txt").write_text("new\n")
-    events = CheckedEvents()
+    events = RecordedEvents()
     report = secure_tree(
         linked,
         round_no=1,
