@@ -20,6 +20,21 @@ from tests.integration.conftest import git
 pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
+def stash_after_a_failed_round(work_dir: Path, state_dir: Path, events: RecordedEvents) -> Any:
+    """secure_tree as the loop calls it after round 1 ended in an error, dirty_action stash."""
+    return secure_tree(
+        work_dir,
+        round_no=1,
+        exit_cause="error",
+        head_before=None,
+        dirty_action="stash",
+        idempotency_s=60.0,
+        state_dir=state_dir,
+        emit=events,
+        now=1_800_000_000.0,
+    )
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"
@@ -354,17 +369,7 @@ def test_poisoned_filters_on_the_work_itself_refuse_the_stash_and_run_nothing(
     poison(repo, markers)
     (repo / "tracked.txt").write_text("round 1\n")
     events = RecordedEvents()
-    report = secure_tree(
-        repo,
-        round_no=1,
-        exit_cause="error",
-        head_before=None,
-        dirty_action="stash",
-        idempotency_s=60.0,
-        state_dir=tmp_path / "state",
-        emit=events,
-        now=1_800_000_000.0,
-    )
+    report = stash_after_a_failed_round(repo, tmp_path / "state", events)
     assert list(markers.iterdir()) == []
     assert report.action == "failed"
     assert "tracked.txt" in events.of("dirty_action_failed")[0]["reason"]
@@ -588,17 +593,7 @@ def test_a_linked_worktree_is_stashed_without_touching_the_main_one(
     (linked / "tracked.txt").write_text("linked work\n")
     (linked / "new.txt").write_text("new\n")
     events = RecordedEvents()
-    report = secure_tree(
-        linked,
-        round_no=1,
-        exit_cause="error",
-        head_before=None,
-        dirty_action="stash",
-        idempotency_s=60.0,
-        state_dir=tmp_path / "state",
-        emit=events,
-        now=1_800_000_000.0,
-    )
+    report = stash_after_a_failed_round(linked, tmp_path / "state", events)
     assert events.of("dirty_action_failed") == []
     assert report.action == "stash"
     assert git(linked, "status", "--porcelain") == ""
@@ -613,17 +608,7 @@ def test_a_linked_worktree_of_a_bare_repository_is_stashed(repo: Path, tmp_path:
     git(bare, "worktree", "add", "-q", "-b", "side", str(linked))
     (linked / "new.txt").write_text("new\n")
     events = RecordedEvents()
-    report = secure_tree(
-        linked,
-        round_no=1,
-        exit_cause="error",
-        head_before=None,
-        dirty_action="stash",
-        idempotency_s=60.0,
-        state_dir=tmp_path / "state",
-        emit=events,
-        now=1_800_000_000.0,
-    )
+    report = stash_after_a_failed_round(linked, tmp_path / "state", events)
     assert events.of("dirty_action_failed") == []
     assert report.action == "stash"
     assert git(bare, "cat-file", "blob", f"{report.ref}^3:new.txt") == "new\n"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_runner.parsers import Findings, Transient, Usage, parse_transcript
 from agent_runner.parsers.claude import parse
+
+pytestmark = pytest.mark.usefixtures("utc_local_time")
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "claude"
@@ -22,15 +22,6 @@ USAGE = Usage(
     cache_creation_tokens=20150,
     cost_usd=0.1368961,
 )
-
-
-@pytest.fixture(autouse=True)
-def utc_local_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def fixture(name: str) -> Findings:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,18 +10,11 @@ import pytest
 from agent_runner.parsers import Findings, Usage, parse_transcript
 from agent_runner.parsers.codex import parse
 
+pytestmark = pytest.mark.usefixtures("utc_local_time")
+
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "codex"
 USAGE = Usage(None, 24763, 122, 24448, None, None)
-
-
-@pytest.fixture(autouse=True)
-def utc_local_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def fixture(name: str) -> Findings:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,17 +10,10 @@ from agent_runner.parsers import Findings, parse_transcript
 from agent_runner.parsers.resets import parse_clock, parse_duration
 from agent_runner.parsers.text import classify_line, find_reset, scan_lines
 
+pytestmark = pytest.mark.usefixtures("utc_local_time")
+
 NOW = 1_800_000_000.0  # Friday 2027-01-15T08:00:00Z
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "text"
-
-
-@pytest.fixture(autouse=True)
-def utc_local_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.mark.parametrize(
