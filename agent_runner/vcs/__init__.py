@@ -1,0 +1,61 @@
+"""Every git call the supervisor makes, hardened against repository-controlled programs.
+
+`run` is how git is started (the one place), `repo` decides which repository git may act
+on, `work` reads and secures the work in it. Callers use the names re-exported here.
+"""
+
+from agent_runner.vcs.repo import Repo, head_sha, is_work_tree, open_repo, resolve
+from agent_runner.vcs.run import (
+    GIT_TIMEOUT_S,
+    HARDENED_ENV,
+    HARDENING_ARGS,
+    IDENTITY_EMAIL,
+    IDENTITY_NAME,
+    GitResult,
+    filter_overrides,
+    run_git,
+)
+from agent_runner.vcs.work import (
+    StatusEntry,
+    TreeEntry,
+    all_but,
+    commit,
+    filtered_paths,
+    index_lock_holders,
+    literal_pathspecs,
+    operation_in_progress,
+    snapshot_tree,
+    stash_push,
+    status,
+    submodule_paths,
+    tree_entries,
+)
+
+__all__ = [
+    "GIT_TIMEOUT_S",
+    "HARDENED_ENV",
+    "HARDENING_ARGS",
+    "IDENTITY_EMAIL",
+    "IDENTITY_NAME",
+    "GitResult",
+    "Repo",
+    "StatusEntry",
+    "TreeEntry",
+    "all_but",
+    "commit",
+    "filter_overrides",
+    "filtered_paths",
+    "head_sha",
+    "index_lock_holders",
+    "is_work_tree",
+    "literal_pathspecs",
+    "open_repo",
+    "operation_in_progress",
+    "resolve",
+    "run_git",
+    "snapshot_tree",
+    "stash_push",
+    "status",
+    "submodule_paths",
+    "tree_entries",
+]
