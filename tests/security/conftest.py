@@ -1,10 +1,12 @@
 """Hostile plugins run through the real trampoline on the real kernel.
 
-On a host that can confine, these fail (never skip) when AGENT_RUNNER_REQUIRE_CONFINEMENT=1.
+On a host that can confine (Landlock in the kernel, or AGENT_RUNNER_REQUIRE_CONFINEMENT=1)
+these fail, never skip, when the sandbox does not engage.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import textwrap
 from collections.abc import Iterator
@@ -20,6 +22,15 @@ from tests.fakes import RecordedEvents
 SECRET_NAME = "AGENT_RUNNER_TEST_API_KEY"
 SECRET_VALUE = "sk-test-5f1c0a9d7e3b"
 REQUIRE_CONFINEMENT = os.environ.get("AGENT_RUNNER_REQUIRE_CONFINEMENT") == "1"
+
+
+def host_offers_landlock() -> bool:
+    """The kernel answers the Landlock ABI query (syscall 444 with LANDLOCK_CREATE_RULESET_VERSION)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return bool(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1)
+
+
 HEADER = """\
 import ctypes, errno, json, os, signal, time
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision
@@ -73,9 +84,10 @@ def _start(mode: str) -> tuple[Sandbox, RecordedEvents]:
     try:
         sandbox.start()
     except ConfinementUnavailable as exc:
-        if REQUIRE_CONFINEMENT:
-            pytest.fail(f"AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the sandbox is degraded: {exc}")
-        pytest.skip(f"this host cannot confine plugins: {exc}")
+        # A host whose kernel offers Landlock must confine: there, degradation is a failure.
+        if REQUIRE_CONFINEMENT or host_offers_landlock():
+            pytest.fail(f"this host can confine but the sandbox is degraded: {exc}")
+        pytest.skip(f"no Landlock in this kernel, nothing to attack: {exc}")
     return sandbox, events
 
 
