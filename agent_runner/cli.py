@@ -19,6 +19,7 @@ from agent_runner.errors import AgentRunnerError, ExitCode
 
 if TYPE_CHECKING:
     from agent_runner.config import Config
+    from agent_runner.systemd.unit import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -140,10 +141,10 @@ def events(
 def status(as_json: bool, config_path: Path | None) -> None:
     """Is serve running, and since when."""
     from agent_runner.observe.peek import render_status, status_report
-    from agent_runner.systemd import unit_state
+    from agent_runner.systemd.state import unit_state
 
     config = load(config_path)
-    report = {**status_report(config), "systemd": unit_state(config.runtime.work_dir)}
+    report = {**status_report(config), "systemd": unit_state(config)}
     if as_json:
         print_json(report)
     else:
@@ -166,14 +167,14 @@ def stop(after_round: bool, timeout: float, config_path: Path | None) -> None:
 @config_option
 def doctor(as_json: bool, config_path: Path | None) -> None:
     """Pre-flight checks, each ok / warn / FAIL with a fix."""
-    from agent_runner.observe.doctor import render_checks, run_checks
+    from agent_runner.observe.doctor import failed, render_checks, run_checks
 
     checks = run_checks(config_path)
     if as_json:
         print_json([check.to_dict() for check in checks])
     else:
         click.echo(render_checks(checks))
-    if any(check.level == "FAIL" for check in checks):
+    if failed(checks):
         raise SystemExit(ExitCode.FAILURE)
 
 
@@ -189,21 +190,103 @@ def _not_yet(name: str) -> None:
     raise AgentRunnerError(f"'{name}' is not available in agent-runner {__version__} yet")
 
 
-@cli.command()
-@click.option("--system", is_flag=True, help="Install for the whole system (needs root).")
-@click.option("--dry-run", is_flag=True, help="Print the unit and the commands only.")
-@click.option("--now", is_flag=True, help="Also enable and start it.")
-@config_option
-def install(**_options: object) -> None:
-    """Install the systemd unit (not yet available)."""
-    _not_yet("install")
+def system_option(func: F) -> F:
+    return click.option(
+        "--system",
+        "system_wide",
+        is_flag=True,
+        help="The system manager (/etc/systemd/system; needs root) instead of your user's.",
+    )(func)
+
+
+def dry_run_option(func: F) -> F:
+    return click.option(
+        "--dry-run", is_flag=True, help="Print the files and the commands; change nothing."
+    )(func)
 
 
 @cli.command()
+@system_option
+@click.option(
+    "--user",
+    "run_as",
+    metavar="NAME",
+    default=None,
+    help="With --system: the account that runs the project (default: the sudo caller).",
+)
+@dry_run_option
+@click.option("--now", is_flag=True, help="Also start it now.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Install even if doctor checks fail, or over a template agent-runner did not write.",
+)
 @config_option
-def uninstall(**_options: object) -> None:
-    """Stop, disable and remove the systemd unit (not yet available)."""
-    _not_yet("uninstall")
+def install(
+    system_wide: bool,
+    run_as: str | None,
+    dry_run: bool,
+    now: bool,
+    force: bool,
+    config_path: Path | None,
+) -> None:
+    """Install and enable this project's unit, agent-runner@<folder>.service."""
+    from agent_runner.errors import SystemdError
+    from agent_runner.observe.doctor import failed, render_checks, run_checks
+    from agent_runner.systemd.install import Layout, apply_plan, plan_install, service_account
+    from agent_runner.systemd.systemctl import Systemctl, check_manager
+
+    if run_as is not None and not system_wide:
+        raise click.UsageError("--user NAME goes with --system (a user unit runs as you)")
+    config = load(config_path)
+    scope: Scope = "system" if system_wide else "user"
+    account = service_account(run_as) if system_wide else None
+    plan = plan_install(
+        config, scope, Layout.for_scope(scope), account=account, now=now, force=force
+    )
+    failures = [] if force else failed(run_checks(config.path))
+    if dry_run:
+        click.echo(plan.render())
+    if failures:
+        click.echo(render_checks(failures), err=True)
+        raise SystemdError(
+            f"install refused: {len(failures)} doctor check(s) failed; fix them or pass --force"
+        )
+    if dry_run:
+        return
+    check_manager(scope)
+    was_running = now and Systemctl(scope).query("is-active", plan.unit) == "active"
+    for line in apply_plan(plan):
+        click.echo(line)
+    for note in plan.notes:
+        click.echo(note)
+    if was_running:
+        flag = "--user " if scope == "user" else ""
+        click.echo(f"it was already running: `systemctl {flag}restart {plan.unit}` applies this")
+
+
+@cli.command()
+@system_option
+@dry_run_option
+@config_option
+def uninstall(system_wide: bool, dry_run: bool, config_path: Path | None) -> None:
+    """Stop, disable and remove this project's unit (and the template after the last one)."""
+    from agent_runner.config import find_config
+    from agent_runner.systemd.install import Layout, apply_plan, plan_uninstall, project_dir
+    from agent_runner.systemd.systemctl import check_manager
+
+    scope: Scope = "system" if system_wide else "user"
+    # The config is not loaded: a project whose config is broken or gone can still be removed.
+    folder = project_dir(config_path or find_config())
+    plan = plan_uninstall(folder, scope, Layout.for_scope(scope))
+    if dry_run:
+        click.echo(plan.render())
+        return
+    check_manager(scope)
+    for line in apply_plan(plan):
+        click.echo(line)
+    for note in plan.notes:
+        click.echo(note)
 
 
 @cli.group()

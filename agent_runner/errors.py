@@ -58,3 +58,7 @@ class UsageError(AgentRunnerError):
     """The command line asked for something that does not exist (e.g. a bad --select path)."""
 
     exit_code = ExitCode.USAGE
+
+
+class SystemdError(AgentRunnerError):
+    """`install` or `uninstall` cannot do what was asked; nothing was changed."""

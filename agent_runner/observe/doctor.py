@@ -14,7 +14,7 @@ from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavai
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
-from agent_runner.systemd import unit_state
+from agent_runner.systemd.state import unit_drift, unit_state
 
 Level = Literal["ok", "warn", "FAIL"]
 
@@ -50,6 +50,11 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
     for probe in probes:
         checks.extend(probe(config))
     return checks
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    """The checks that make doctor exit 1 (and `install` refuse)."""
+    return [check for check in checks if check.level == "FAIL"]
 
 
 def render_checks(checks: list[Check]) -> str:
@@ -126,11 +131,24 @@ def _log_dir(config: Config) -> Iterator[Check]:
 
 
 def _systemd_unit(config: Config) -> Iterator[Check]:
-    state = unit_state(config.runtime.work_dir)
+    state = unit_state(config)
     if state is None:
         yield Check("systemd unit", "ok", "not installed; serve runs in the foreground")
-    else:
-        yield Check("systemd unit", "ok", f"{state['unit']} ({state['scope']}): {state['active']}")
+        return
+    yield Check(
+        "systemd unit",
+        "ok",
+        f"{state['unit']} ({state['scope']}): {state['active']}, {state['enabled']}",
+    )
+    drift = unit_drift(config, state["scope"])
+    if drift:
+        again = "agent-runner install" + (" --system" if state["scope"] == "system" else "")
+        yield Check(
+            "systemd unit files",
+            "warn",
+            "differ from what install writes now: " + ", ".join(drift),
+            f"run `{again}` again (then restart the unit)",
+        )
 
 
 def _serve_running(config: Config) -> Iterator[Check]:

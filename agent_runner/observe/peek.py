@@ -149,5 +149,5 @@ def render_status(report: dict[str, Any]) -> str:
         text += f", round {report['round']}" if report["round"] else ""
     unit = report.get("systemd")
     if unit:
-        text += f"\nsystemd: {unit['unit']} ({unit['scope']}): {unit['active']}"
+        text += f"\nsystemd: {unit['unit']} ({unit['scope']}): {unit['active']}, {unit['enabled']}"
     return text

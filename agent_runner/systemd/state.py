@@ -1,0 +1,75 @@
+"""A project's installed unit: which manager has it, its state, and whether it is current."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agent_runner.config import Config
+from agent_runner.errors import SystemdError
+from agent_runner.systemd.install import Account, Layout, desired_files, project_dir
+from agent_runner.systemd.names import unit_name
+from agent_runner.systemd.systemctl import Systemctl
+from agent_runner.systemd.unit import SCOPES, Scope
+
+
+def installed_scope(config: Config, layouts: Mapping[Scope, Layout] | None = None) -> Scope | None:
+    """The manager whose unit folder holds this project's drop-in, or None."""
+    try:
+        unit = unit_name(project_dir(config.path))
+    except SystemdError:
+        return None
+    for scope in SCOPES:
+        layout = (layouts or {}).get(scope) or Layout.for_scope(scope)
+        if layout.dropin(unit).is_file():
+            return scope
+    return None
+
+
+def unit_state(
+    config: Config, layouts: Mapping[Scope, Layout] | None = None
+) -> dict[str, Any] | None:
+    """The instance's name, manager, active and enabled state; None when it is not installed."""
+    scope = installed_scope(config, layouts)
+    if scope is None:
+        return None
+    unit = unit_name(project_dir(config.path))
+    systemctl = Systemctl(scope)
+    return {
+        "unit": unit,
+        "scope": scope,
+        "active": systemctl.query("is-active", unit),
+        "enabled": systemctl.query("is-enabled", unit),
+    }
+
+
+def unit_drift(config: Config, scope: Scope, layout: Layout | None = None) -> list[str]:
+    """The installed files that differ from what `install` would write now (each a path)."""
+    layout = layout or Layout.for_scope(scope)
+    unit = unit_name(project_dir(config.path))
+    account = _installed_account(layout.dropin(unit)) if scope == "system" else None
+    try:
+        wanted = desired_files(config, scope, layout, account)
+    except SystemdError as exc:
+        return [f"cannot render the unit now: {exc}"]
+    return [str(path) for path, text in wanted.items() if _read(path) != text]
+
+
+def _installed_account(dropin: Path) -> Account | None:
+    """User= and Group= as the installed drop-in names them (who install was told to run as)."""
+    values = {}
+    for line in (_read(dropin) or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("User", "Group"):
+            values[key] = value
+    if "User" in values and "Group" in values:
+        return Account(values["User"], values["Group"])
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
