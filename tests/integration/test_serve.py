@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -270,6 +274,7 @@ class NotifyListener:
         self.sock.bind(str(path))
         self.sock.settimeout(0.1)
         self.messages: list[str] = []
+        self.arrived: list[float] = []  # monotonic time each message was read
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -277,7 +282,9 @@ class NotifyListener:
     def _read(self) -> None:
         while not self._done.is_set():
             try:
-                self.messages.append(self.sock.recv(4096).decode())
+                message = self.sock.recv(4096).decode()
+                self.arrived.append(time.monotonic())
+                self.messages.append(message)
             except TimeoutError:
                 continue
 
@@ -325,6 +332,87 @@ def test_sd_notify_abstract_socket(project: Project) -> None:
         project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
         assert project.cli("serve", env={"NOTIFY_SOCKET": "@" + name}).returncode == 0
         assert sock.recv(4096).decode().startswith("READY=1")
+
+
+def test_watchdog_pings_come_at_half_of_watchdog_usec(project: Project, tmp_path: Path) -> None:
+    listener = NotifyListener(tmp_path / "notify.sock")
+    project.write_config(agent("exits_with.py", "0", "6"), runtime={"max_rounds": 1})
+    env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "2000000"}
+    done = project.cli("serve", env=env)
+    messages = listener.close()
+    assert done.returncode == 0, done.stderr
+    pings = [t for t, m in zip(listener.arrived, messages, strict=True) if m == "WATCHDOG=1"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(pings)]
+    assert len(gaps) >= 4, messages
+    assert 0.8 <= statistics.median(gaps) <= 1.25, gaps  # half of 2 s
+    # The rule systemd enforces: a gap of WATCHDOG_USEC is a watchdog kill.
+    assert max(gaps) < 2.0, gaps
+
+
+def blocked_writing_stderr(pid: int) -> bool:
+    """The process's main thread sits in write(2, ...): /proc/PID/syscall names the call."""
+    write_nr = {"x86_64": 1, "aarch64": 64}.get(os.uname().machine)
+    if write_nr is None:
+        pytest.fail(f"write(2)'s syscall number on {os.uname().machine} is not known here")
+    fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    return fields[:2] == [str(write_nr), "0x2"]
+
+
+def test_a_wedged_loop_stops_pinging_the_watchdog_until_it_moves_again(
+    project: Project, tmp_path: Path
+) -> None:
+    # serve's console is its stderr: under systemd, a stream to the journal. A journal that
+    # stops reading blocks serve's next console write, and the loop is wedged for real.
+    listener = NotifyListener(tmp_path / "notify.sock")
+    project.write_config(agent("exits_with.py", "0", "0.2"), breakers={"stalled_rounds": 10_000})
+    console, serve_stderr = os.pipe()
+    fcntl.fcntl(serve_stderr, fcntl.F_SETPIPE_SZ, 8192)
+    capacity = fcntl.fcntl(serve_stderr, fcntl.F_GETPIPE_SZ)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "agent_runner", "serve", "--config", str(project.config_path)],
+        env={
+            **os.environ,
+            "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+            "WATCHDOG_USEC": "1000000",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=serve_stderr,
+    )
+    project.children.append(serve)
+    os.close(serve_stderr)
+    deadline = time.monotonic() + 60
+    # A console line is written whole (under PIPE_BUF), so the pipe blocks before it is full.
+    while not (unread_bytes(console) > capacity - 4096 and blocked_writing_stderr(serve.pid)):
+        assert serve.poll() is None and time.monotonic() < deadline, "serve never wedged"
+        time.sleep(0.05)
+    time.sleep(0.3)  # a ping sent just before the write blocked has landed by now
+    pings = listener.messages.count("WATCHDOG=1")
+    assert pings >= 1  # it was pinging while it moved
+    time.sleep(2.5)  # five watchdog intervals
+    assert listener.messages.count("WATCHDOG=1") == pings
+    assert blocked_writing_stderr(serve.pid)
+
+    drained = threading.Thread(target=lambda: drain(console), daemon=True)
+    drained.start()
+    deadline = time.monotonic() + 20
+    while listener.messages.count("WATCHDOG=1") == pings:
+        assert time.monotonic() < deadline, "pings did not resume after the console drained"
+        time.sleep(0.05)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=30) == 0
+    drained.join(timeout=10)
+    assert "STOPPING=1" in listener.close()
+
+
+def unread_bytes(fd: int) -> int:
+    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    return int.from_bytes(buf, sys.byteorder)
+
+
+def drain(fd: int) -> None:
+    with os.fdopen(fd, "rb", buffering=0) as reader:
+        while reader.read(65536):
+            pass
 
 
 def test_config_error_exits_78_with_one_line(project: Project) -> None:
