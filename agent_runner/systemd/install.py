@@ -39,6 +39,9 @@ from agent_runner.systemd.unit import (
 )
 
 NOBODY_UID = 65534
+# The default log_dir depends on it: a service without it would lock another folder than the
+# CLI does, and a serve started by hand could run next to the unit's.
+PINNED_IF_SET = ("XDG_STATE_HOME",)
 # systemd's own rule for user and group names (valid_user_group_name, relaxed mode).
 _ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
@@ -137,7 +140,10 @@ def desired_files(
     unit = ProjectUnit(
         project_dir=project,
         scope=scope,
-        path_env=env.get("PATH") or os.defpath,
+        environment=(
+            ("PATH", env.get("PATH") or os.defpath),
+            *((name, env[name]) for name in PINNED_IF_SET if env.get(name)),
+        ),
         environment_file=str(env_file(project, layout)),
         sigterm_grace_s=config.agent.sigterm_grace_s,
         writable=(str(config.runtime.work_dir), str(config.runtime.log_dir)),

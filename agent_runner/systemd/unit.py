@@ -77,7 +77,7 @@ class ProjectUnit:
 
     project_dir: str
     scope: Scope
-    path_env: str
+    environment: tuple[tuple[str, str], ...]
     environment_file: str
     sigterm_grace_s: float
     writable: tuple[str, ...] = ()
@@ -146,8 +146,12 @@ def render_dropin(project: ProjectUnit) -> str:
             f"Group={check_unit_text(project.group, 'group')}",
         ]
     lines += [
-        "# The PATH install ran with, so the agent's command is found as doctor found it.",
-        f'Environment="PATH={check_unit_text(project.path_env, "PATH")}"',
+        "# As install ran: the agent's command is found where doctor found it, and serve",
+        "# uses the log_dir (and so the lock) the CLI in your shell uses.",
+        *(
+            f'Environment="{name}={check_unit_text(value, name)}"'
+            for name, value in project.environment
+        ),
         "# API keys as KEY=value lines; optional (the leading '-').",
         f"EnvironmentFile=-{check_unit_text(project.environment_file, 'environment file')}",
     ]

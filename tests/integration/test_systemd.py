@@ -122,6 +122,16 @@ def test_install_writes_the_template_and_the_projects_drop_in_then_enables_it(
     assert f"journalctl --user -u '{unit}' -f" in done.stdout
 
 
+def test_install_pins_xdg_state_home_so_serve_locks_the_log_dir_the_cli_uses(
+    project: Project, host: Host, tmp_path: Path
+) -> None:
+    project.write_config(agent("exits_with.py", "0"), runtime={"log_dir": ""})
+    env = {**host.env, "XDG_STATE_HOME": str(tmp_path / "state")}
+    assert project.cli("install", env=env).returncode == 0
+    dropin = (host.unit_dir / f"{instance(project)}.d" / DROPIN).read_text()
+    assert f'Environment="XDG_STATE_HOME={tmp_path / "state"}"\n' in dropin
+
+
 def test_install_now_enables_and_starts_it_and_status_reports_the_instance(
     project: Project, host: Host
 ) -> None:

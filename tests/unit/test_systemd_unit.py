@@ -24,7 +24,7 @@ EXE = ("/opt/agent runner/bin/agent-runner",)
 PROJECT = ProjectUnit(
     project_dir="/home/me/proj",
     scope="user",
-    path_env="/usr/bin:/bin",
+    environment=(("PATH", "/usr/bin:/bin"), ("XDG_STATE_HOME", "/home/me/state")),
     environment_file="/home/me/.config/agent-runner/env/proj-12345678.env",
     sigterm_grace_s=10,
     writable=("/home/me/proj", "/home/me/.local/state/agent-runner/proj-12345678"),
@@ -101,7 +101,7 @@ def test_the_template_never_makes_the_cgroup_tree_read_only() -> None:
 def test_the_drop_in_carries_the_projects_own_settings() -> None:
     dropin = settings(render_dropin(PROJECT))
     assert dropin == {
-        "Service.Environment": ['"PATH=/usr/bin:/bin"'],
+        "Service.Environment": ['"PATH=/usr/bin:/bin"', '"XDG_STATE_HOME=/home/me/state"'],
         "Service.EnvironmentFile": ["-/home/me/.config/agent-runner/env/proj-12345678.env"],
         "Service.TimeoutStopSec": ["145"],
         "Service.WatchdogSec": ["290"],
@@ -137,12 +137,14 @@ def test_half_the_watchdog_outlasts_the_longest_stretch_serve_goes_without_a_pin
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"path_env": "/bin:/home/me/100%"}, "PATH"),
+        ({"environment": (("PATH", "/bin:/home/me/100%"),)}, "PATH"),
         ({"environment_file": "/x/a\nExecStartPre=/bin/evil"}, "environment file"),
         ({"project_dir": '/home/me/"proj"'}, "project folder"),
     ],
 )
-def test_every_literal_value_in_a_drop_in_is_checked(change: dict[str, str], message: str) -> None:
+def test_every_literal_value_in_a_drop_in_is_checked(
+    change: dict[str, object], message: str
+) -> None:
     with pytest.raises(SystemdError, match=f"^{message} .* contains"):
         render_dropin(dataclasses.replace(PROJECT, **change))
 
