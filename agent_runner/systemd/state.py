@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,21 @@ from agent_runner.systemd.systemctl import Systemctl
 from agent_runner.systemd.unit import SCOPES, Scope
 
 
-def installed_scope(config: Config, layouts: Mapping[Scope, Layout] | None = None) -> Scope | None:
+def installed_scope(config: Config) -> Scope | None:
     """The manager whose unit folder holds this project's drop-in, or None."""
     try:
         unit = unit_name(project_dir(config.path))
     except SystemdError:
         return None
     for scope in SCOPES:
-        layout = (layouts or {}).get(scope) or Layout.for_scope(scope)
-        if layout.dropin(unit).is_file():
+        if Layout.for_scope(scope).dropin(unit).is_file():
             return scope
     return None
 
 
-def unit_state(
-    config: Config, layouts: Mapping[Scope, Layout] | None = None
-) -> dict[str, Any] | None:
+def unit_state(config: Config) -> dict[str, Any] | None:
     """The instance's name, manager, active and enabled state; None when it is not installed."""
-    scope = installed_scope(config, layouts)
+    scope = installed_scope(config)
     if scope is None:
         return None
     unit = unit_name(project_dir(config.path))
@@ -44,9 +40,9 @@ def unit_state(
     }
 
 
-def unit_drift(config: Config, scope: Scope, layout: Layout | None = None) -> list[str]:
+def unit_drift(config: Config, scope: Scope) -> list[str]:
     """The installed files that differ from what `install` would write now (each a path)."""
-    layout = layout or Layout.for_scope(scope)
+    layout = Layout.for_scope(scope)
     unit = unit_name(project_dir(config.path))
     account = _installed_account(layout.dropin(unit)) if scope == "system" else None
     try:
