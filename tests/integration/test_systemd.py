@@ -59,6 +59,11 @@ class Host:
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
+    @property
+    def cli_env(self) -> dict[str, str]:
+        """The environment the CLI under test runs with."""
+        return {**os.environ, **self.env}
+
     def files(self) -> list[str]:
         if not self.unit_dir.exists():
             return []
@@ -110,7 +115,9 @@ def test_install_writes_the_template_and_the_projects_drop_in_then_enables_it(
     assert done.returncode == 0, done.stderr
     unit = instance(project)
     assert host.calls() == [["--user", "daemon-reload"], ["--user", "enable", unit]]
-    wanted = desired_files(load_config(project.config_path), "user", layout(host), None, host.env)
+    wanted = desired_files(
+        load_config(project.config_path), "user", layout(host), None, host.cli_env
+    )
     for path, text in wanted.items():
         assert path.read_text() == text
         assert path.stat().st_mode & 0o777 == 0o644
@@ -122,7 +129,7 @@ def test_install_writes_the_template_and_the_projects_drop_in_then_enables_it(
     assert f"journalctl --user -u '{unit}' -f" in done.stdout
 
 
-def test_install_pins_xdg_state_home_so_serve_locks_the_log_dir_the_cli_uses(
+def test_install_pins_xdg_state_home_which_the_default_log_dir_depends_on(
     project: Project, host: Host, tmp_path: Path
 ) -> None:
     project.write_config(agent("exits_with.py", "0"), runtime={"log_dir": ""})
@@ -130,6 +137,9 @@ def test_install_pins_xdg_state_home_so_serve_locks_the_log_dir_the_cli_uses(
     assert project.cli("install", env=env).returncode == 0
     dropin = (host.unit_dir / f"{instance(project)}.d" / DROPIN).read_text()
     assert f'Environment="XDG_STATE_HOME={tmp_path / "state"}"\n' in dropin
+    config = str(project.config_path)
+    assert cli("install", "--config", config, env=host.env, drop=["XDG_STATE_HOME"]).returncode == 0
+    assert "XDG_STATE_HOME" not in (host.unit_dir / f"{instance(project)}.d" / DROPIN).read_text()
 
 
 def test_install_now_enables_and_starts_it_and_status_reports_the_instance(
@@ -165,7 +175,9 @@ def test_dry_run_prints_the_files_and_the_exact_commands_and_changes_nothing(
     healthy(project)
     done = project.cli("install", "--dry-run", "--now", env=host.env)
     assert done.returncode == 0, done.stderr
-    wanted = desired_files(load_config(project.config_path), "user", layout(host), None, host.env)
+    wanted = desired_files(
+        load_config(project.config_path), "user", layout(host), None, host.cli_env
+    )
     for path, text in wanted.items():
         assert f"# {path}\n{text}" in done.stdout
     unit = instance(project)
