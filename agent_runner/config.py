@@ -415,6 +415,10 @@ class _Parser:
 
     def plugins(self, values: dict[str, Any]) -> PluginsConfig:
         for name, pin in values["pin"].items():
+            if not NAME_RE.fullmatch(name):
+                raise self.fail(
+                    f"plugins.pin.{name}", "not an entry-point name (letters, digits, _ . -)"
+                )
             if not PIN_RE.match(pin):
                 raise self.fail(f"plugins.pin.{name}", 'must look like "sha256:<64 lowercase hex>"')
         for name, table in values["settings"].items():

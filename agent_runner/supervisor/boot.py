@@ -11,7 +11,10 @@ from agent_runner.config import Config, read_prompt
 from agent_runner.errors import ConfigError, GitError
 from agent_runner.events import Emit
 from agent_runner.parsers import PARSER_NAMES
+from agent_runner.plugins import discovery
+from agent_runner.plugins.admission import Admission, admit
 from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.plugins.trust import running_package
 from agent_runner.supervisor.strays import kill_orphan_group
 
 
@@ -39,7 +42,8 @@ def check_runnable(config: Config) -> None:
         )
     if config.vcs.dirty_handler != "builtin":
         raise ConfigError(
-            f"{where}: vcs.dirty_handler: no admitted plugin named {config.vcs.dirty_handler!r}"
+            f"{where}: vcs.dirty_handler: {config.vcs.dirty_handler!r}: this version runs only "
+            'the builtin dirty handler; plugin dirty handlers are not wired in yet (use "builtin")'
         )
 
 
@@ -67,18 +71,22 @@ def find_agent_program(config: Config) -> str | None:
     return shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
 
 
-def probe_sandbox(config: Config, emit: Emit) -> dict[str, Any]:
-    """What confinement this host gives plugin calls; ConfinementUnavailable under `require`.
+def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Admission]:
+    """Probe the sandbox, then admit every discovered plugin: (probe report, admission).
 
-    No plugin is admitted yet, so the fork server is stopped again once it has reported.
+    ConfinementUnavailable under `require`. No hook is called between rounds yet, so the
+    fork server is stopped again once admission is done.
     """
     sandbox = Sandbox(
         config.plugins.sandbox, emit=emit, hook_timeout_s=config.plugins.hook_timeout_s
     )
     try:
-        return sandbox.start().to_dict()
+        report = sandbox.start().to_dict()
+        candidates = discovery.installed(config.runtime.work_dir)
+        admission = admit(candidates, config.plugins, sandbox, emit, package=running_package())
     finally:
         sandbox.close()
+    return report, admission
 
 
 def reap_previous_agent(previous: dict[str, Any], emit: Emit) -> None:

@@ -16,8 +16,9 @@ from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config, read_prompt
 from agent_runner.errors import ConfigError, ExitCode, GitError
 from agent_runner.events import EventLog, format_event
+from agent_runner.plugins.admission import Admission
 from agent_runner.sdnotify import Notifier
-from agent_runner.supervisor.boot import check_boot, probe_sandbox, reap_previous_agent
+from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
 from agent_runner.supervisor.process import AgentProcess
@@ -74,6 +75,7 @@ class Serve:
     notifier: Notifier = field(default_factory=Notifier)
     in_git: bool = False
     head: str | None = None
+    plugins: Admission = field(default_factory=Admission)
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
@@ -101,7 +103,7 @@ class Serve:
             latest=self.clock.now() + self.config.backoff.max_wait_s,
         )
         reap_previous_agent(previous, emit)
-        sandbox = probe_sandbox(self.config, emit)
+        sandbox, self.plugins = admit_plugins(self.config, emit)
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
         try:
@@ -120,7 +122,7 @@ class Serve:
             },
             "last_round": previous.get("last_round"),
             "sandbox": sandbox,
-            "plugins": [],
+            "plugins": self.plugins.state(),
         }
         emit(
             "serve_start",

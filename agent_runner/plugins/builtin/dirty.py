@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agent_runner.plugins import DirtyIntent
+from agent_runner.plugins import DirtyIntent, PluginManifest
 
 DIRTY_ACTIONS = ("stash", "commit", "ignore")
 
@@ -45,3 +45,7 @@ def decide(view: DirtyViewLike) -> DirtyIntent:
         return DirtyIntent.commit(commit_message(view.round))
     # Half-done work is never committed; an unknown action must not lose work either.
     return DirtyIntent.stash(stash_message(view.round, view.exit_cause))
+
+
+# `[vcs] dirty_handler = "builtin"` names this plugin.
+PLUGIN = PluginManifest(name="builtin", dirty_handlers=(decide,))
