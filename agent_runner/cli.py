@@ -291,23 +291,42 @@ def uninstall(system_wide: bool, dry_run: bool, config_path: Path | None) -> Non
 
 @cli.group()
 def plugins() -> None:
-    """Discovered plugins, provenance and pins (not yet available)."""
+    """Discovered plugins, their provenance and pins."""
 
 
 @plugins.command(name="list")
 @json_option
 @config_option
-def plugins_list(**_options: object) -> None:
-    """Show discovered plugins (not yet available)."""
-    _not_yet("plugins list")
+def plugins_list(as_json: bool, config_path: Path | None) -> None:
+    """Show discovered plugins: provenance, pin state, digest, what serve admitted."""
+    from agent_runner.observe.pluginlist import plugin_rows, render_rows
+
+    rows = plugin_rows(load(config_path))
+    if as_json:
+        print_json({"plugins": rows})
+    else:
+        click.echo(render_rows(rows))
 
 
 @plugins.command(name="pin")
 @click.argument("name")
 @config_option
-def plugins_pin(**_options: object) -> None:
-    """Write a plugin's digest into [plugins.pin] (not yet available)."""
-    _not_yet("plugins pin")
+def plugins_pin(name: str, config_path: Path | None) -> None:
+    """Write NAME's current digest into [plugins.pin] (one line; the rest is kept as is)."""
+    from agent_runner.plugins.discovery import installed
+    from agent_runner.plugins.pinning import pin_plugin
+    from agent_runner.plugins.trust import running_package
+
+    config = load(config_path)
+    candidates = installed(config.runtime.work_dir)
+    pins = dict(config.plugins.pin)
+    result = pin_plugin(config.path, pins, name, candidates, running_package())
+    if not result.written:
+        click.echo(f"{name} is already pinned to {result.digest} in {result.path}")
+    elif result.previous:
+        click.echo(f"pinned {name} = {result.digest} in {result.path} (was {result.previous})")
+    else:
+        click.echo(f"pinned {name} = {result.digest} in {result.path}")
 
 
 def run(args: list[str] | None = None) -> int:  # noqa: PLR0911 -- one return per error class

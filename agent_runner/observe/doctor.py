@@ -11,6 +11,7 @@ from typing import Any, Literal
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable
+from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
@@ -47,6 +48,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
     ]
     if sandbox:
         probes.append(_sandbox)
+    probes.append(_plugins)
     for probe in probes:
         checks.extend(probe(config))
     return checks
@@ -216,3 +218,50 @@ def _sandbox(config: Config) -> Iterator[Check]:
             yield Check("sandbox self-test", "ok", summary)
     finally:
         sandbox.close()
+
+
+def _plugins(config: Config) -> Iterator[Check]:
+    """Each plugin's provenance, pin and digest, as admission at the next boot will see them."""
+    require = config.plugins.sandbox == "require"
+    discovered = set()
+    for row in plugin_rows(config):
+        discovered.add(row["name"])
+        yield _plugin_check(row, require)
+    for name in sorted(set(config.plugins.pin) - discovered):
+        yield Check(
+            f"plugin {name}",
+            "warn",
+            "plugins.pin names a plugin that is not installed",
+            f"remove plugins.pin.{name}, or install the plugin",
+        )
+
+
+def _plugin_check(row: dict[str, Any], require: bool) -> Check:  # noqa: PLR0911 - one per verdict
+    name, state = f"plugin {row['name']}", row["pin_state"]
+    about = f"{row['kind']} {row['dist']} {row['version']}"
+    if row["kind"] == "builtin":
+        return Check(name, "ok", f"{about}, runs in-process")
+    if row["state"] == "disabled":
+        return Check(name, "ok", f"{about}, disabled (never read)")
+    digest = f"digest {row['digest']}" if row["digest"] else "no digest"
+    pin_fix = f"`agent-runner plugins pin {row['name']}` once you trust these files"
+    if row["kind"] == "squatter":
+        return Check(
+            name,
+            "FAIL",
+            f"{about} claims a builtin's name or agent-runner's package ({digest})",
+            f"uninstall {row['dist']}",
+        )
+    if state == "refused":
+        return Check(name, "FAIL", f"{about}: refused: {row['reason']}", f"uninstall {row['dist']}")
+    if state == "mismatch":
+        return Check(
+            name,
+            "FAIL",
+            f"{about}: does not match its pin {row['pin']}: {row['reason']}; {digest}",
+            f"reinstall the pinned files, or {pin_fix}",
+        )
+    if state == "unpinned":
+        level: Level = "FAIL" if require else "warn"
+        return Check(name, level, f"{about}: not pinned; {digest}", pin_fix)
+    return Check(name, "ok", f"{about}: pin verified; {digest}")

@@ -118,6 +118,7 @@ def render_peek(snap: dict[str, Any]) -> str:
         f"{name} {b['count']}/{b['limit']}" for name, b in snap["breakers"].items()
     )
     lines.append(f"breakers    {breakers}")
+    lines.append(f"plugins     {_plugins_line(snap['plugins'])}")
     sandbox = snap["sandbox"]
     if sandbox:
         lines.append(f"sandbox     tier {sandbox['tier']} (Landlock ABI {sandbox['landlock_abi']})")
@@ -125,6 +126,17 @@ def render_peek(snap: dict[str, Any]) -> str:
         lines.append("sandbox     not probed yet")
     lines.extend(format_event(event) for event in snap["events"])
     return "\n".join(lines)
+
+
+def _plugins_line(verdicts: Any) -> str:
+    """`2 admitted (a, b), 1 refused (c)` from the verdicts serve left in state.json."""
+    if not isinstance(verdicts, list) or not verdicts:
+        return "not admitted yet"
+    groups: dict[str, list[str]] = {}
+    for verdict in verdicts:
+        if isinstance(verdict, dict):
+            groups.setdefault(str(verdict.get("state")), []).append(str(verdict.get("name")))
+    return ", ".join(f"{len(names)} {kind} ({', '.join(names)})" for kind, names in groups.items())
 
 
 def status_report(config: Config, *, now: float | None = None) -> dict[str, Any]:

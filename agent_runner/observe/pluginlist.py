@@ -1,0 +1,97 @@
+"""`plugins list`: every discovered plugin with its provenance, pin state and digest.
+
+Read-only and imports no plugin code: it reads installed metadata, hashes files, and takes
+what serve admitted (families, state) from state.json.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_runner.config import Config
+from agent_runner.plugins import discovery
+from agent_runner.plugins.admission import builtin_verdict
+from agent_runner.plugins.builtin import BUILTINS
+from agent_runner.plugins.trust import Assessment, assess_all, running_package
+from agent_runner.supervisor.state import read_state
+
+NOT_ADMITTED = "not admitted yet"
+
+
+def plugin_rows(config: Config) -> list[dict[str, Any]]:
+    """One row per builtin and per discovered third-party entry, as plain JSON data."""
+    admitted = _admitted_by_serve(config)
+    rows = [builtin_verdict(name).to_dict() for name in BUILTINS]
+    candidates = discovery.installed(config.runtime.work_dir)
+    pins = config.plugins.pin
+    for checked in assess_all(candidates, pins, running_package()):
+        if checked.provenance != "builtin":
+            rows.append(_row(checked, config, admitted))
+    return rows
+
+
+def _row(
+    checked: Assessment, config: Config, admitted: dict[tuple[str, str, str], dict[str, Any]]
+) -> dict[str, Any]:
+    candidate = checked.candidate
+    dist = candidate.dist
+    row: dict[str, Any] = {
+        "name": candidate.name,
+        "kind": checked.provenance,
+        "dist": dist.name,
+        "version": dist.version,
+        "site": str(dist.site),
+        "pin": checked.pin,
+        "pin_state": checked.pin_state,
+        "digest": checked.digest,
+        "reason": checked.reason,
+        "state": "disabled" if candidate.name in config.plugins.disable else NOT_ADMITTED,
+        "families": None,
+        "event_kinds": None,
+        "tier": None,
+    }
+    seen = admitted.get((candidate.name, dist.name, str(dist.site)))
+    # What serve decided holds only for the files it saw: a changed distribution is news.
+    if seen is not None and seen.get("digest") in (None, checked.digest):
+        row |= {key: seen.get(key) for key in ("state", "families", "event_kinds", "tier")}
+        if seen.get("state") == "refused":
+            row["reason"] = seen.get("reason")
+    return row
+
+
+def _admitted_by_serve(config: Config) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The verdicts the last serve left in state.json, by (name, dist, site)."""
+    verdicts = read_state(config.runtime.log_dir).get("plugins")
+    if not isinstance(verdicts, list):
+        return {}
+    found = {}
+    for verdict in verdicts:
+        if isinstance(verdict, dict) and verdict.get("kind") != "builtin":
+            key = (str(verdict.get("name")), str(verdict.get("dist")), str(verdict.get("site")))
+            found[key] = verdict
+    return found
+
+
+def render_rows(rows: list[dict[str, Any]]) -> str:
+    """The rows as a readable block per plugin."""
+    lines = []
+    for row in rows:
+        where = "" if row["kind"] == "builtin" else f" ({row['site']})"
+        lines.append(f"{row['name']}  {row['kind']}  {row['dist']} {row['version']}{where}")
+        if row["kind"] != "builtin":
+            lines.append(f"  pin       {row['pin_state']}")
+            lines.append(f"  digest    {row['digest'] or '-'}")
+        state = row["state"]
+        if state == "refused" or (row["reason"] and state == NOT_ADMITTED):
+            state = f"{state}: {row['reason']}"
+        lines.append(f"  state     {state}")
+        lines.append(f"  families  {format_families(row['families'])}")
+    return "\n".join(lines)
+
+
+def format_families(families: dict[str, list[str]] | None) -> str:
+    """`spawn: a, b; observe: c`, or what is known instead."""
+    if families is None:
+        return "not admitted yet"
+    named = [f"{family}: {', '.join(hooks)}" for family, hooks in families.items() if hooks]
+    return "; ".join(named) or "none"
