@@ -1,0 +1,1 @@
+REASON = "the verified helper"
