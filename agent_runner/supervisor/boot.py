@@ -38,7 +38,8 @@ def check_runnable(config: Config) -> None:
     if config.agent.parser not in PARSER_NAMES:
         raise ConfigError(
             f"{where}: agent.parser: unknown parser {config.agent.parser!r}; "
-            f"builtin parsers: {', '.join(sorted(PARSER_NAMES))}"
+            f"builtin parsers: {', '.join(sorted(PARSER_NAMES))} (a plugin cannot be the parser "
+            "in this version)"
         )
     if config.vcs.dirty_handler != "builtin":
         raise ConfigError(

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from agent_runner.supervisor.state import read_state
-from tests.conftest import PluginInstalls, cli_argv, run_cli
-from tests.integration.conftest import Project, agent, git
+from tests.conftest import PluginInstalls, build_wheel, cli_argv, install_wheel, run_cli
+from tests.integration.conftest import REPO, Project, agent, git
 
 DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -114,6 +114,38 @@ def test_two_distributions_declaring_one_name_are_both_reported_and_refused(
     serve_once(project, before=(first, second))
     refused = project.events("plugin_refused")
     assert [e["name"] for e in refused] == ["good_plugin", "good_plugin"]
+    assert project.events("round_end")
+
+
+def test_a_regular_install_of_agent_runner_proves_its_builtin_by_its_record(
+    project: Project, tmp_path: Path
+) -> None:
+    """agent-runner installed from its wheel (not editable) in front of the editable one."""
+    target = tmp_path / "regular"
+    install_wheel(build_wheel(REPO, tmp_path / "wheel"), target)
+    configure(project)
+    done = cli(project, "plugins", "list", "--json", before=(target,))
+    rows = json.loads(done.stdout)["plugins"]
+    where = subprocess.run(
+        [sys.executable, "-c", "import agent_runner; print(agent_runner.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=project.root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.strip() == str(target / "agent_runner" / "__init__.py")
+    # The running copy is the regular one; the editable copy of the venv is the other one.
+    assert [(r["name"], r["kind"]) for r in rows] == [
+        ("builtin", "builtin"),
+        ("builtin", "squatter"),
+    ]
+    assert rows[1]["site"] != str(target)
+    serve_once(project, before=(target,))
+    squats = project.events("plugin_builtin_name_squat")
+    assert [(e["name"], e["dist"]) for e in squats] == [("builtin", "agent-runner")]
+    refused = project.events("plugin_refused")
+    assert [e["name"] for e in refused] == ["builtin"]
     assert project.events("round_end")
 
 
@@ -399,6 +431,35 @@ def test_a_plugin_dirty_handler_is_an_honest_config_error(project: Project) -> N
     done = cli(project, "serve", "--once")
     assert done.returncode == 78
     assert "plugin dirty handlers are not wired in yet" in done.stderr
+
+
+def test_doctor_reports_each_plugins_provenance_pin_and_digest(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(
+        project.root / "site", "good_plugin", "payload_plugin", "squatter_plugin"
+    )
+    configure(project, pin={"gone_plugin": "sha256:" + "c" * 64})
+    digest = pin(project, site, "good_plugin")
+    done = cli(project, "doctor", "--json", before=(site,))
+    assert done.returncode == 1
+    checks = [
+        (c["name"], c["level"], c["detail"])
+        for c in json.loads(done.stdout)
+        if c["name"].startswith("plugin ")
+    ]
+    by_level = {(name, level) for name, level, _ in checks}
+    assert by_level == {
+        ("plugin builtin", "ok"),
+        ("plugin good_plugin", "ok"),
+        ("plugin payload_plugin", "warn"),
+        ("plugin builtin", "FAIL"),
+        ("plugin borrowed", "FAIL"),
+        ("plugin gone_plugin", "warn"),
+    }
+    details = {name: detail for name, level, detail in checks if level != "FAIL"}
+    assert details["plugin good_plugin"].endswith(f"pin verified; digest {digest}")
+    assert "not pinned; digest sha256:" in details["plugin payload_plugin"]
 
 
 # --- no plugin code in a supervisor-side process ---------------------------------------------

@@ -123,6 +123,7 @@ def test_the_digest_leaves_out_record_and_bytecode_and_sorts_bytewise() -> None:
             "my_plugin/b.py",
             "my_plugin-1.0.dist-info/RECORD",
             "my_plugin/__pycache__/b.cpython-311.pyc",
+            "my_plugin/__pycache__/planted.txt",
             "my_plugin/old.pyc",
             "my_plugin/A.py",
             "my_plugin-1.0.dist-info/METADATA",
