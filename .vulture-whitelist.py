@@ -21,7 +21,6 @@ schema_version  # unused variable (agent_runner/config.py)
 # Public API for plugin authors and for the plugin layer: used by code outside this package.
 PLUGIN  # unused variable (agent_runner/plugins/builtin/dirty.py): the builtin entry point's target
 _.request  # unused method (agent_runner/plugins/admission.py): how hook calls are built
-_.optionxform  # unused attribute (agent_runner/plugins/discovery.py): configparser reads it
 _.allow_plugin_kinds  # unused method (agent_runner/events.py)
 _.proceed  # unused method (agent_runner/plugins/__init__.py)
 _.defer  # unused method (agent_runner/plugins/__init__.py)

@@ -24,6 +24,9 @@ from agent_runner.plugins.sandbox import CallRequest, Sandbox
 from agent_runner.plugins.trust import Assessment, Provenance, assess, provenance, shared_names
 
 FAMILY_FIELDS = {"spawn": "spawn_hooks", "dirty": "dirty_handlers", "observe": "round_observers"}
+# A describe only imports and reads the manifest; N hanging plugins must not hold boot for
+# N x hook_timeout_s (systemd's start timeout is 90 s by default).
+DESCRIBE_TIMEOUT_S = 5.0
 _HOOK_NAME = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 State = Literal["builtin", "admitted", "refused", "disabled"]
@@ -114,7 +117,11 @@ def admit(
         if kind == "builtin":
             continue  # the static set above already stands for it
         ruling = _Ruling(candidate, kind, settings, emit)
-        plugin = ruling.decide(sandbox, tier, shared.get(candidate.name, ()))
+        try:
+            plugin = ruling.decide(sandbox, tier, shared.get(candidate.name, ()))
+        except Exception as exc:  # a check that breaks on odd input refuses, never stops boot
+            ruling.refuse(f"could not be checked: {type(exc).__name__}: {exc}"[:500])
+            plugin = None
         verdicts.append(ruling.verdict)
         if plugin is not None:
             admitted.append(plugin)
@@ -186,10 +193,14 @@ class _Ruling:
             checked = self._check(shared_with)
             return self._describe(sandbox, tier, checked)
         except _Refused as refused:
-            if refused.event:
-                self.emit("plugin_refused", name=candidate.name, reason=refused.reason)
-            self.verdict = replace(self.verdict, state="refused", reason=refused.reason)
+            self.refuse(refused.reason, event=refused.event)
             return None
+
+    def refuse(self, reason: str, *, event: bool = True) -> None:
+        """Record the refusal; `event` False when a more specific event already said so."""
+        if event:
+            self.emit("plugin_refused", name=self.candidate.name, reason=reason)
+        self.verdict = replace(self.verdict, state="refused", reason=reason)
 
     def _check(self, shared_with: Sequence[str]) -> Assessment:
         """The `require` rules (before any file is read), then the files and the pin."""
@@ -220,7 +231,8 @@ class _Ruling:
         candidate = self.candidate
         entry = candidate.value.strip()
         sources = checked.verified.sources
-        result = sandbox.call(CallRequest("describe", sources, entry, None, {}))
+        timeout_s = min(self.settings.hook_timeout_s, DESCRIBE_TIMEOUT_S)
+        result = sandbox.call(CallRequest("describe", sources, entry, None, {}), timeout_s)
         if result.status != "ok":
             raise _Refused(_describe_failure(result.status, result.detail))
         problem = _manifest_problem(candidate.name, result.value)

@@ -6,7 +6,6 @@ no-follow reads of regular files only, so a hostile install can neither run code
 
 from __future__ import annotations
 
-import configparser
 import csv
 import email.parser
 import errno
@@ -24,6 +23,7 @@ GROUP = "agent_runner.plugins"
 MAX_METADATA_BYTES = 1 << 20
 MAX_RECORD_BYTES = 8 << 20
 CHUNK_BYTES = 1 << 20
+MAX_NAME_CHARS = 200
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -82,16 +82,16 @@ class Candidate:
         return self.value.partition(":")[2].strip() or "PLUGIN"
 
 
-def search_path(entries: Sequence[str], *, cwd: Path, work_dir: Path | None) -> list[Path]:
+def search_path(entries: Sequence[str], *, cwd: Path | None, work_dir: Path | None) -> list[Path]:
     """The folders to discover in: `entries` (sys.path) resolved, deduplicated, and without
     '' , the current directory or anything under work_dir."""
-    here = Path(os.path.realpath(cwd))
+    here = Path(os.path.realpath(cwd)) if cwd is not None else None
     work = Path(os.path.realpath(work_dir)) if work_dir is not None else None
     folders: list[Path] = []
     for entry in entries:
-        if not entry:
+        if not entry or "\0" in entry or (here is None and not os.path.isabs(entry)):
             continue
-        folder = Path(os.path.realpath(os.path.join(here, entry)))
+        folder = Path(os.path.realpath(os.path.join(here or "/", entry)))
         if folder == here or (work is not None and folder.is_relative_to(work)):
             continue
         if folder not in folders and folder.is_dir():
@@ -101,7 +101,11 @@ def search_path(entries: Sequence[str], *, cwd: Path, work_dir: Path | None) -> 
 
 def installed(work_dir: Path | None) -> list[Candidate]:
     """The entry points installed for this interpreter (`sys.path`), never from cwd or work_dir."""
-    return discover(search_path(sys.path, cwd=Path.cwd(), work_dir=work_dir))
+    try:
+        cwd = Path.cwd()
+    except FileNotFoundError:
+        cwd = None  # removed under us: no path entry can be it
+    return discover(search_path(sys.path, cwd=cwd, work_dir=work_dir))
 
 
 def discover(folders: Sequence[Path]) -> list[Candidate]:
@@ -147,19 +151,37 @@ def _candidates(site: Path, info_dir: str) -> Iterator[Candidate]:
 
 
 def _entry_points(data: bytes) -> list[tuple[str, str]]:
-    parser = configparser.ConfigParser(
-        interpolation=None, delimiters=("=",), comment_prefixes=("#", ";"), strict=True
-    )
-    parser.optionxform = str  # type: ignore[assignment,method-assign] # names are case-sensitive
+    """The group's `(name, value)` pairs, read as importlib.metadata reads entry_points.txt."""
     try:
-        parser.read_string(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("not UTF-8") from None
-    except configparser.Error as exc:
-        raise ValueError(str(exc).splitlines()[0]) from None
-    if not parser.has_section(GROUP):
-        return []
-    return [(name, value) for name, value in parser.items(GROUP, raw=True)]
+    section, pairs = None, []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]").strip()
+            continue
+        name, equals, value = line.partition("=")
+        if not equals:
+            raise ValueError(f"line {number}: expected name = value")
+        if section == GROUP:
+            pairs.append((_printable(name.strip()), _printable(value.strip())))
+    names = [name for name, _ in pairs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"declares {twice[0]!r} twice")
+    too_long = [name for name, value in pairs if len(name) > MAX_NAME_CHARS or len(value) > 500]
+    if too_long:
+        raise ValueError(f"an entry point longer than {MAX_NAME_CHARS} characters")
+    return pairs
+
+
+def _printable(text: str) -> str:
+    """`text` with anything a terminal would interpret replaced by '?'."""
+    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def _broken(site: Path, info_dir: str, problem: str) -> Distribution:
@@ -176,8 +198,8 @@ def _distribution(site: Path, info_dir: str) -> Distribution:
         )
     except UnsafeFile as exc:
         return _broken(site, info_dir, str(exc))
-    name = str(headers.get("Name") or "").strip() or info_dir
-    version = str(headers.get("Version") or "").strip()
+    name = _printable(str(headers.get("Name") or "").strip())[:MAX_NAME_CHARS] or info_dir
+    version = _printable(str(headers.get("Version") or "").strip())[:MAX_NAME_CHARS]
     if info_dir.endswith(".egg-info"):
         problem = "installed as .egg-info, which has no RECORD to verify"
         return Distribution(name, version, site, info_dir, None, problem=problem)
@@ -197,8 +219,12 @@ def parse_record(data: bytes) -> tuple[RecordEntry, ...]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("not UTF-8") from None
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ValueError(f"not CSV: {exc}") from None
     entries = []
-    for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+    for number, row in enumerate(rows, start=1):
         if not row:
             continue
         if len(row) != 3 or not row[0]:
@@ -226,10 +252,14 @@ def _editable_dir(site: Path, info_dir: str) -> Path | None:
     url = data.get("url")
     if data["dir_info"].get("editable") is not True or not isinstance(url, str):
         return None
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
         return None
-    return Path(urllib.parse.unquote(parsed.path))
+    folder = urllib.parse.unquote(parsed.path)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or "\0" in folder:
+        return None
+    return Path(folder)
 
 
 def open_beneath(site: Path, relative: str) -> int:

@@ -52,7 +52,7 @@ def pin_plugin(
     config_path: Path, pins: dict[str, str], name: str, candidates: list[Candidate], package: Path
 ) -> PinResult:
     """Compute `name`'s digest and write it into the config file at `config_path`."""
-    digest = current_digest(name, candidates, package, pins.get(name))
+    digest = current_digest(name, candidates, package)
     previous = pins.get(name)
     if previous == digest:
         return PinResult(name, digest, previous, config_path, written=False)
@@ -71,7 +71,7 @@ def pin_plugin(
     return PinResult(name, digest, previous, config_path, written=True)
 
 
-def current_digest(name: str, candidates: list[Candidate], package: Path, pin: str | None) -> str:
+def current_digest(name: str, candidates: list[Candidate], package: Path) -> str:
     """The digest to pin for `name`; PinRefused unless it is one verifiable third-party entry."""
     matching = [c for c in candidates if c.name == name]
     kinds = [provenance(c, package) for c in matching]
@@ -91,7 +91,7 @@ def current_digest(name: str, candidates: list[Candidate], package: Path, pin: s
         raise PinRefused(f"{name!r} is builtin: part of agent-runner itself, never pinned")
     third_party = [c for c, kind in zip(matching, kinds, strict=True) if kind != "builtin"]
     shared = shared_names(third_party, ["third-party"] * len(third_party)).get(name, ())
-    checked = assess(third_party[0], pin, "third-party", shared)
+    checked = assess(third_party[0], None, "third-party", shared)
     if checked.verified is None or checked.digest is None:
         raise PinRefused(f"{name!r} cannot be pinned: {checked.reason}")
     return checked.digest

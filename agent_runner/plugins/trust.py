@@ -32,7 +32,8 @@ OWN_PACKAGE = "agent_runner"
 MAX_SOURCE_BYTES = 8 << 20
 MAX_FILE_BYTES = 256 << 20
 STARTUP_HOOKS = ("sitecustomize", "usercustomize")
-WEAK_HASHES = ("md5", "sha1")
+# RECORD may name any hashlib algorithm; weak ones prove nothing, shake_* need a length.
+RECORD_HASHES = frozenset(hashlib.algorithms_guaranteed) - {"md5", "sha1", "shake_128", "shake_256"}
 _MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
 _ATTRIBUTE_RE = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 # Characters that would make a RECORD path mean something else to `cut -d,` or sha256sum.
@@ -210,7 +211,7 @@ def _hash_file(site: Path, entry: RecordEntry, keep: bool, budget: int) -> tuple
     listed = None
     if entry.digest is not None:
         algorithm = (entry.algorithm or "").lower()
-        if algorithm in WEAK_HASHES or algorithm not in hashlib.algorithms_guaranteed:
+        if algorithm not in RECORD_HASHES:
             raise Unverified(f"{entry.path}: RECORD uses an unsupported hash {entry.algorithm!r}")
         listed = hashlib.new(algorithm)
     sha256 = hashlib.sha256()

@@ -113,6 +113,17 @@ def test_a_planted_pyc_never_runs(
     assert spawn_reason(confined, admission) == GENUINE
 
 
+def test_a_plugin_that_never_finishes_importing_is_refused_and_the_rest_load(
+    confined: Sandbox, plugin_installs: PluginInstalls, tmp_path: Path
+) -> None:
+    site = plugin_installs.site(tmp_path / "site", "hanging_plugin", "good_plugin")
+    admission, events = admit_site(site, confined, hook_timeout_s=60)
+    assert [(e["name"], e["reason"]) for e in events.of("plugin_refused")] == [
+        ("hanging_plugin", "describe failed (timeout): no result within 5 s")
+    ]
+    assert [plugin.name for plugin in admission.admitted] == ["good_plugin"]
+
+
 def _missing(path: Path) -> None:
     path.unlink()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from agent_runner.plugins.discovery import (
     search_path,
 )
 from agent_runner.plugins.trust import (
+    Unverified,
     canonical_name,
     compare_pin,
     digest_entries,
@@ -69,6 +72,7 @@ def test_a_plain_distribution_is_not_refused() -> None:
         ('my_plugin/a"b.py', "contains a control character, comma, quote or backslash"),
         ("my_plugin\\x.py", "contains a control character, comma, quote or backslash"),
         ("my_plugin/x\n.py", "contains a control character, comma, quote or backslash"),
+        ("my_plugin/x\x00.py", "contains a control character, comma, quote or backslash"),
         ("my_plugin/__init__.py", "RECORD lists 'my_plugin/__init__.py' twice"),
         ("agent_runner/plugins/builtin/evil.py", "installs files into agent-runner's own package"),
     ],
@@ -192,11 +196,35 @@ def test_a_listed_file_without_a_hash_is_still_covered(tmp_path: Path) -> None:
         (b"a.py,,big\n", "line 1: size is not a number"),
         (b"\xff,,\n", "not UTF-8"),
         (b",,\n", "line 1: expected path,hash,size"),
+        (b"a" * 200_000 + b",,\n", "not CSV: field larger than field limit"),
     ],
 )
 def test_malformed_record_lines_are_named(text: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_record(text)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "problem"),
+    [
+        ("sha512", None),
+        ("md5", "RECORD uses an unsupported hash 'md5'"),
+        ("shake_128", "RECORD uses an unsupported hash 'shake_128'"),
+        ("rot13", "RECORD uses an unsupported hash 'rot13'"),
+    ],
+)
+def test_record_hash_algorithms(tmp_path: Path, algorithm: str, problem: str | None) -> None:
+    found = write_dist(tmp_path, {"my_plugin/__init__.py": b"PLUGIN = None\n"})
+    data = b"PLUGIN = None\n"
+    hashed = hashlib.new(algorithm, data).digest() if algorithm in ("sha512", "md5") else b"x"
+    value = base64.urlsafe_b64encode(hashed).rstrip(b"=").decode()
+    entry = RecordEntry("my_plugin/__init__.py", algorithm, value, len(data))
+    changed = Distribution(found.name, found.version, found.site, found.info_dir, (entry,))
+    if problem is None:
+        assert verify(changed).sources == {"my_plugin/__init__.py": data}
+    else:
+        with pytest.raises(Unverified, match=re.escape(problem)):
+            verify(changed)
 
 
 def test_record_paths_are_read_as_csv() -> None:
@@ -221,6 +249,26 @@ def own(value: str = BUILTIN_VALUE, name: str = "builtin", **dist_fields: object
 
 def test_the_builtin_declared_by_the_running_installation_is_genuine() -> None:
     assert provenance(own(), PACKAGE) == "builtin"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "editable"),
+    [
+        ({"url": "file:///src/proj", "dir_info": {"editable": True}}, Path("/src/proj")),
+        ({"url": "file:///src/proj", "dir_info": {}}, None),
+        ({"url": "https://example.invalid/x", "dir_info": {"editable": True}}, None),
+        ({"url": "file:///src/a%00b", "dir_info": {"editable": True}}, None),
+        ({"url": "file://[bad/x", "dir_info": {"editable": True}}, None),
+        ([], None),
+    ],
+)
+def test_the_editable_folder_comes_only_from_a_plain_file_url(
+    tmp_path: Path, direct_url: object, editable: Path | None
+) -> None:
+    found = write_dist(tmp_path, {"my_plugin/__init__.py": b""})
+    (tmp_path / found.info_dir / "direct_url.json").write_text(json.dumps(direct_url))
+    (again,) = discover([tmp_path])
+    assert again.dist.editable_dir == editable
 
 
 def test_an_editable_install_is_checked_against_its_source_folder() -> None:
@@ -253,6 +301,65 @@ def test_a_regular_install_must_list_the_builtin_in_its_record() -> None:
         dist("agent_runner/__init__.py", name="agent-runner", site=PACKAGE.parent),
     )
     assert provenance(unlisted, PACKAGE) == "squatter"
+
+
+def write_entry_points(site: Path, text: str) -> list[Candidate]:
+    info = site / "my_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "entry_points.txt").write_text(text)
+    (info / "METADATA").write_text("Name: my-plugin\nVersion: 1.0\n")
+    (info / "RECORD").write_text("")
+    return discover([site])
+
+
+def test_entry_points_are_read_like_importlib_metadata(tmp_path: Path) -> None:
+    text = (
+        "[console_scripts]\nx = y:z\n[DEFAULT]\nleaked = a:b\n"
+        "[agent_runner.plugins]\n  # a comment\n  one = pkg.one:PLUGIN  \ntwo=pkg.two\n"
+    )
+    found = write_entry_points(tmp_path, text)
+    assert [(c.name, c.value, c.dist.name) for c in found] == [
+        ("one", "pkg.one:PLUGIN", "my-plugin"),
+        ("two", "pkg.two", "my-plugin"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[agent_runner.plugins]\nno equals sign\n", "line 2: expected name = value"),
+        ("[agent_runner.plugins]\na = x:P\na = y:P\n", "declares 'a' twice"),
+        ("[agent_runner.plugins]\n" + "n" * 201 + " = x:P\n", "longer than 200 characters"),
+    ],
+)
+def test_a_malformed_entry_points_file_is_reported_under_its_folder(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (found,) = write_entry_points(tmp_path, text)
+    assert found.name == "my_plugin-1.0.dist-info"
+    assert found.dist.problem is not None
+    assert problem in found.dist.problem
+
+
+def test_metadata_that_a_terminal_would_interpret_is_made_printable(tmp_path: Path) -> None:
+    info = tmp_path / "x-1.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_text("[agent_runner.plugins]\nx\x1b[2J = x:PLUGIN\n")
+    (info / "METADATA").write_text("Name: evil\x1b]0;title\x07\nVersion: 1\n")
+    (info / "RECORD").write_text("")
+    (found,) = discover([tmp_path])
+    assert (found.name, found.dist.name) == ("x?[2J", "evil?]0;title?")
+
+
+def test_a_symlinked_metadata_folder_is_reported_not_followed(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere" / "x-1.dist-info"
+    real.mkdir(parents=True)
+    (real / "entry_points.txt").write_text("[agent_runner.plugins]\nx = x:PLUGIN\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "x-1.dist-info").symlink_to(real)
+    (found,) = discover([site])
+    assert found.dist.problem == "x-1.dist-info: is a symlink"
 
 
 def test_search_path_leaves_out_cwd_work_dir_and_duplicates(tmp_path: Path) -> None:
