@@ -416,8 +416,10 @@ class _Parser:
     def plugins(self, values: dict[str, Any]) -> PluginsConfig:
         for name, pin in values["pin"].items():
             if not NAME_RE.fullmatch(name):
+                # Quoted as TOML writes such a key, so the message stays one line.
                 raise self.fail(
-                    f"plugins.pin.{name}", "not an entry-point name (letters, digits, _ . -)"
+                    f"plugins.pin.{json.dumps(name)}",
+                    "not an entry-point name (letters, digits, _ . -)",
                 )
             if not PIN_RE.match(pin):
                 raise self.fail(f"plugins.pin.{name}", 'must look like "sha256:<64 lowercase hex>"')
@@ -474,7 +476,8 @@ def render_docs() -> str:
         "`runtime.log_dir` defaults to `$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the",
         "absolute work_dir>` (`~/.local/state` when XDG_STATE_HOME is unset); `runtime.stop_file`",
         "defaults to `<log_dir>/STOP`. `agent.command` and `agent.parser` are required unless",
-        "`agent.preset` supplies them. Pins must match `^sha256:[0-9a-f]{64}$`.",
+        "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
+        "match `^sha256:[0-9a-f]{64}$`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -152,6 +152,10 @@ def test_preset_fills_agent_and_explicit_keys_override(tmp_path: Path) -> None:
             'plugins.pin.x: must look like "sha256:<64 lowercase hex>"',
         ),
         (
+            MINIMAL + '[plugins.pin]\n"my plugin\\n" = "sha256:' + "a" * 64 + '"\n',
+            'plugins.pin."my plugin\\n": not an entry-point name (letters, digits, _ . -)',
+        ),
+        (
             MINIMAL + "[runtime]\nround_budget_s = -5\n",
             "runtime.round_budget_s: must be at least 1, got -5",
         ),
