@@ -81,10 +81,9 @@ def render_rows(rows: list[dict[str, Any]]) -> str:
         if row["kind"] != "builtin":
             lines.append(f"  pin       {row['pin_state']}")
             lines.append(f"  digest    {row['digest'] or '-'}")
-        state = row["state"]
-        if state == "refused" or (row["reason"] and state == NOT_ADMITTED):
-            state = f"{state}: {row['reason']}"
-        lines.append(f"  state     {state}")
+        lines.append(f"  state     {row['state']}")
+        if row["reason"]:
+            lines.append(f"  reason    {row['reason']}")
         lines.append(f"  families  {format_families(row['families'])}")
     return "\n".join(lines)
 

@@ -157,14 +157,14 @@ def _module_refusal(candidate: Candidate, record: Sequence[RecordEntry]) -> str 
     """The entry's module, and every package above it, must be files of its own distribution."""
     paths = {entry.path for entry in record}
     parts = candidate.module.split(".")
+    dist = candidate.dist.name
+    base = "/".join(parts)
+    if f"{base}.py" not in paths and f"{base}/__init__.py" not in paths:
+        return f"module {candidate.module} is not a file of {dist}"
     for depth in range(1, len(parts)):
         package = "/".join(parts[:depth]) + "/__init__.py"
         if package not in paths:
-            dist = candidate.dist.name
             return f"{package} is not a file of {dist} (namespace packages are not supported)"
-    base = "/".join(parts)
-    if f"{base}.py" not in paths and f"{base}/__init__.py" not in paths:
-        return f"module {candidate.module} is not a file of {candidate.dist.name}"
     return None
 
 

@@ -371,7 +371,9 @@ def test_a_squatter_is_evented_and_the_builtin_still_secures_the_tree(
     assert squats["builtin"]["module"] == "squat_builtin"
     assert squats["borrowed"]["module"] == "agent_runner.plugins.builtin.dirty"
     refused = {e["name"]: e["reason"] for e in project.events("plugin_refused")}
-    assert "is not a file of squatter-plugin" in refused["borrowed"]
+    assert refused["borrowed"] == (
+        "module agent_runner.plugins.builtin.dirty is not a file of squatter-plugin"
+    )
     # The genuine builtin decided: the work is stashed, not ignored as the squatter would.
     stashed = project.events("orphan_stashed")
     assert len(stashed) == 1

@@ -89,6 +89,7 @@ def test_record_paths_that_refuse_the_plugin(path: str, reason: str) -> None:
         ("other_module:PLUGIN", "module other_module is not a file of my-plugin"),
         ("my_plugin.sub:PLUGIN", "module my_plugin.sub is not a file of my-plugin"),
         ("ns.mod:PLUGIN", "ns/__init__.py is not a file of my-plugin (namespace packages"),
+        (BUILTIN_VALUE, "module agent_runner.plugins.builtin.dirty is not a file of my-plugin"),
         ("my_plugin:PLUGIN [extra]", "is not module:attribute"),
         ("my_plugin:a.b", "is not module:attribute"),
         ("my-plugin:PLUGIN", "is not module:attribute"),
