@@ -12,6 +12,7 @@ from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable
 from agent_runner.observe.pluginlist import plugin_rows
+from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
@@ -227,6 +228,14 @@ def _plugins(config: Config) -> Iterator[Check]:
     for row in plugin_rows(config):
         discovered.add(row["name"])
         yield _plugin_check(row, require)
+    ignored = sorted({c.name for c in discovery.inside_work_dir(config.runtime.work_dir)})
+    if ignored:
+        yield Check(
+            "plugin search path",
+            "warn",
+            f"ignored inside work_dir (the agent can write there): {', '.join(ignored)}",
+            "install agent-runner and its plugins into an environment outside work_dir",
+        )
     for name in sorted(set(config.plugins.pin) - discovered):
         yield Check(
             f"plugin {name}",

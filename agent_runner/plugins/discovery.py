@@ -108,6 +108,13 @@ def installed(work_dir: Path | None) -> list[Candidate]:
     return discover(search_path(sys.path, cwd=cwd, work_dir=work_dir))
 
 
+def inside_work_dir(work_dir: Path) -> list[Candidate]:
+    """Entry points installed on `sys.path` inside work_dir: never discovered, worth a warning."""
+    work = Path(os.path.realpath(work_dir))
+    folders = {Path(os.path.realpath(entry)) for entry in sys.path if os.path.isabs(entry)}
+    return discover(sorted(f for f in folders if f.is_relative_to(work) and f.is_dir()))
+
+
 def discover(folders: Sequence[Path]) -> list[Candidate]:
     """Every entry point of the plugin group declared in `folders`, in search-path order.
 

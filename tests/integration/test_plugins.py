@@ -98,6 +98,10 @@ def test_discovery_reads_neither_the_current_directory_nor_the_work_tree(
     done = cli(project, "plugins", "list", "--json", before=(in_work, project.root))
     names = [row["name"] for row in json.loads(done.stdout)["plugins"]]
     assert names == ["builtin"]
+    doctor = cli(project, "doctor", "--json", before=(in_work, project.root))
+    (warning,) = [c for c in json.loads(doctor.stdout) if c["name"] == "plugin search path"]
+    assert warning["level"] == "warn"
+    assert warning["detail"].endswith("(the agent can write there): good_plugin")
 
 
 def test_two_distributions_declaring_one_name_are_both_reported_and_refused(
