@@ -214,6 +214,20 @@ def test_plugins_pin_replaces_a_stale_pin_on_its_own_line(
     assert "already pinned" in again.stdout
 
 
+def test_plugins_pin_edits_a_symlinked_config_where_it_lives(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "good_plugin")
+    configure(project)
+    real = project.root / "configs" / "shared.toml"
+    real.parent.mkdir()
+    project.config_path.rename(real)
+    project.config_path.symlink_to(real)
+    digest = pin(project, site, "good_plugin")
+    assert project.config_path.is_symlink()
+    assert f'good_plugin = "{digest}"' in real.read_text()
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [
