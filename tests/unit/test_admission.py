@@ -41,9 +41,11 @@ class StandIn:
         self.report = FULL
         self.answers = answers
         self.calls: list[CallRequest] = []
+        self.timeouts: list[float | None] = []
 
     def call(self, request: CallRequest, timeout_s: float | None = None) -> CallResult:
         self.calls.append(request)
+        self.timeouts.append(timeout_s)
         answer = self.answers[request.entry.partition(":")[0]]
         if isinstance(answer, Exception):
             raise answer
@@ -105,6 +107,7 @@ def test_the_describe_call_carries_the_verified_bytes_and_a_bounded_deadline(
     sandbox = StandIn({"alpha": described("alpha")})
     run(tmp_path, sandbox, hook_timeout_s=120)
     (request,) = sandbox.calls
+    assert sandbox.timeouts == [5.0]
     assert (request.family, request.entry, request.hook) == ("describe", "alpha:PLUGIN", None)
     assert dict(request.sources) == {"alpha/__init__.py": b"PLUGIN = None\n"}
 
