@@ -76,11 +76,6 @@ class Candidate:
         """The module part of the value (`pkg.mod` in `pkg.mod:PLUGIN`)."""
         return self.value.partition(":")[0].strip()
 
-    @property
-    def attribute(self) -> str:
-        """The attribute part of the value; `PLUGIN` when the value names only a module."""
-        return self.value.partition(":")[2].strip() or "PLUGIN"
-
 
 def search_path(entries: Sequence[str], *, cwd: Path | None, work_dir: Path | None) -> list[Path]:
     """The folders to discover in: `entries` (sys.path) resolved, deduplicated, and without
@@ -111,7 +106,11 @@ def installed(work_dir: Path | None) -> list[Candidate]:
 def inside_work_dir(work_dir: Path) -> list[Candidate]:
     """Entry points installed on `sys.path` inside work_dir: never discovered, worth a warning."""
     work = Path(os.path.realpath(work_dir))
-    folders = {Path(os.path.realpath(entry)) for entry in sys.path if os.path.isabs(entry)}
+    folders = {
+        Path(os.path.realpath(entry))
+        for entry in sys.path
+        if os.path.isabs(entry) and "\0" not in entry
+    }
     return discover(sorted(f for f in folders if f.is_relative_to(work) and f.is_dir()))
 
 

@@ -41,7 +41,6 @@ class PinRefused(AgentRunnerError):
 class PinResult:
     """What `plugins pin` did."""
 
-    name: str
     digest: str
     previous: str | None
     path: Path
@@ -55,7 +54,7 @@ def pin_plugin(
     digest = current_digest(name, candidates, package)
     previous = pins.get(name)
     if previous == digest:
-        return PinResult(name, digest, previous, config_path, written=False)
+        return PinResult(digest, previous, config_path, written=False)
     target = Path(os.path.realpath(config_path))
     original = target.read_bytes()
     try:
@@ -68,7 +67,7 @@ def pin_plugin(
         replace_file(target, original, edited.encode("utf-8"))
     except OSError as exc:
         raise PinRefused(f"{target}: cannot replace the file: {exc.strerror or exc}") from None
-    return PinResult(name, digest, previous, config_path, written=True)
+    return PinResult(digest, previous, config_path, written=True)
 
 
 def current_digest(name: str, candidates: list[Candidate], package: Path) -> str:
