@@ -186,10 +186,6 @@ def demo() -> None:
     raise SystemExit(run_demo(echo=click.echo))
 
 
-def _not_yet(name: str) -> None:
-    raise AgentRunnerError(f"'{name}' is not available in agent-runner {__version__} yet")
-
-
 def system_option(func: F) -> F:
     return click.option(
         "--system",
