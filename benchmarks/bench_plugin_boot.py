@@ -102,19 +102,20 @@ def install(count: int, root: Path) -> Path:
     return site
 
 
-def in_process(site: Path, runs: int) -> tuple[float, float, float, int]:
+def in_process(site: Path, runs: int) -> tuple[float, float, float, float, int]:
     """Medians (ms) of the sandbox start and of discovery + hashing + describe, the fastest
-    admission, and how many were admitted."""
+    admission, the supervisor's own CPU time in it, and how many were admitted."""
     settings = parse_config(
         {"schema_version": 1, "agent": {"command": ["true"], "parser": "none"}}, Path("/x.toml")
     ).plugins
-    starts, admissions, admitted = [], [], 0
+    starts, admissions, cpu, admitted = [], [], [], 0
     folders = search_path([*sys.path, str(site)], cwd=Path.cwd(), work_dir=None)
     for _ in range(runs):
         sandbox = Sandbox("prefer", emit=lambda kind, **fields: None)
         began = time.perf_counter()
         sandbox.start()
         started = time.perf_counter()
+        cpu_before = time.process_time()
         admission = admit(
             discover(folders),
             settings,
@@ -123,11 +124,13 @@ def in_process(site: Path, runs: int) -> tuple[float, float, float, int]:
             package=running_package(),
         )
         done = time.perf_counter()
+        cpu.append((time.process_time() - cpu_before) * 1000)
         sandbox.close()
         starts.append((started - began) * 1000)
         admissions.append((done - started) * 1000)
         admitted = len(admission.admitted)
-    return statistics.median(starts), statistics.median(admissions), min(admissions), admitted
+    median = statistics.median
+    return median(starts), median(admissions), min(admissions), median(cpu), admitted
 
 
 def serve_boot(site: Path, root: Path, runs: int) -> float:
@@ -174,18 +177,23 @@ def main() -> None:
         print(f"plugin boot, median of {runs} runs (ms); load average {os.getloadavg()[0]:.1f}")
         print(
             f"{'plugins':>8} {'sandbox start':>14} {'admission':>10} {'(fastest)':>10}"
-            f" {'serve launch->serve_start':>27}"
+            f" {'(our CPU)':>10} {'serve launch->serve_start':>27}"
         )
         for count in COUNTS:
             site = install(count, root)
-            start, admission, fastest, admitted = in_process(site, runs)
+            start, admission, fastest, cpu, admitted = in_process(site, runs)
             assert admitted == count, f"{admitted} of {count} admitted"
             boot = serve_boot(site, root / f"project-{count}", max(5, runs // 3))
-            print(f"{count:>8} {start:>14.1f} {admission:>10.1f} {fastest:>10.1f} {boot:>27.1f}")
+            print(
+                f"{count:>8} {start:>14.1f} {admission:>10.1f} {fastest:>10.1f} {cpu:>10.1f}"
+                f" {boot:>27.1f}"
+            )
     print(
         textwrap.dedent("""\
         admission = discovery + hashing + one confined describe call per plugin, after the
-        sandbox has started; target for 10 plugins: < 150 ms.""")
+        sandbox has started; target for 10 plugins: < 150 ms. "our CPU" is the supervisor's
+        own CPU time in it (the rest is the children's and waiting). The trampoline's per-call
+        cost (bench_trampoline.py) bounds it from below: 10 plugins cost 10 calls.""")
     )
 
 
