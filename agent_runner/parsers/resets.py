@@ -1,7 +1,9 @@
 """Turn a provider's reset wording into epoch seconds: epochs, durations, clock times, dates.
 
 Relative forms resolve against the `now` the caller passes, never the system clock.
-A clock time without a zone is the machine's local time, as the CLIs print it.
+A clock time without a zone is the machine's local time, as the CLIs print it. A clock time
+given to the minute ("7:43 AM") is taken as the end of that minute: the real reset lies
+somewhere inside it, and waking up early only buys another refusal.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _DURATION = re.compile(
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _CLOCK = re.compile(
-    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?(?::\d{2})?\s*(?P<ampm>[ap]\.?\s?m\b\.?)?",
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?(?::(?P<second>\d{2}))?\s*(?P<ampm>[ap]\.?\s?m\b\.?)?",
     re.IGNORECASE,
 )
 _DATE = re.compile(
@@ -91,8 +93,14 @@ def _parse_wording(text: str, now: float) -> float | None:
     if not has_date and clock is None:
         return None
     hour = minute = 0
+    # Seconds past the stated minute: as given, or the whole minute (none for a bare date).
+    seconds = 0.0
     if clock is not None:
         hour, minute = int(clock.group("hour")), int(clock.group("minute") or 0)
+        second = clock.group("second")
+        if second is not None and int(second) > 59:
+            return None
+        seconds = float(second) if second is not None else 60.0
         ampm = (clock.group("ampm") or "").lower()
         if ampm.startswith("p") and hour < 12:
             hour += 12
@@ -107,13 +115,13 @@ def _parse_wording(text: str, now: float) -> float | None:
     try:
         if has_date:
             assert date is not None
-            return _resolve_date(date, reference, hour, minute, now)
+            return _resolve_date(date, reference, hour, minute, now) + seconds
         candidate = reference.replace(hour=hour, minute=minute, second=0, microsecond=0)
     except ValueError:
         return None
     if _epoch(candidate) < now - PAST_TOLERANCE_S:
         candidate += timedelta(days=1)
-    return _epoch(candidate)
+    return _epoch(candidate) + seconds
 
 
 def _resolve_date(

@@ -193,11 +193,11 @@ def test_round_killed_mid_stream_reports_nothing() -> None:
 
 def test_plain_text_output_falls_back_to_the_limit_message() -> None:
     found = fixture("plain_text_limit.log")
-    # 3pm in New York on 2027-01-15 is 20:00 UTC.
+    # 3pm in New York on 2027-01-15 is 20:00 UTC; to the minute, so the end of 20:00.
     assert found.transient is not None
     assert (found.transient.classification, found.transient.reset_at) == (
         "rate_limit_account",
-        NOW + 12 * 3600,
+        NOW + 12 * 3600 + 60,
     )
 
 

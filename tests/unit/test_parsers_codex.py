@@ -30,10 +30,11 @@ def test_completed_turn_reports_usage_and_no_error() -> None:
     [
         # "try again in 1 day 2 hours 5 minutes"
         ("usage_limit_relative.jsonl", NOW + 86400 + 2 * 3600 + 5 * 60),
-        # "try again at 3:28 PM" in local time (UTC here), later the same day
-        ("usage_limit_clock.jsonl", NOW + 7 * 3600 + 28 * 60),
+        # "try again at 3:28 PM" in local time (UTC here), later the same day, to the minute:
+        # the end of that minute
+        ("usage_limit_clock.jsonl", NOW + 7 * 3600 + 29 * 60),
         # "try again at Jan 17th, 2027 9:05 AM"
-        ("usage_limit_date.jsonl", NOW + 2 * 86400 + 3600 + 5 * 60),
+        ("usage_limit_date.jsonl", NOW + 2 * 86400 + 3600 + 6 * 60),
         # the server's JSON body: "resets_at": NOW + 13872
         ("usage_limit_resets_at.jsonl", NOW + 13872),
     ],
@@ -99,7 +100,7 @@ def test_plain_text_run_reads_a_reset_wrapped_onto_the_next_line() -> None:
     assert found.transient is not None
     assert (found.transient.classification, found.transient.reset_at) == (
         "rate_limit_account",
-        NOW + 7 * 3600 + 28 * 60,
+        NOW + 7 * 3600 + 29 * 60,
     )
 
 

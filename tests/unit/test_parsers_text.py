@@ -13,6 +13,7 @@ from agent_runner.parsers.text import classify_line, find_reset, scan_lines
 pytestmark = pytest.mark.usefixtures("utc_local_time")
 
 NOW = 1_800_000_000.0  # Friday 2027-01-15T08:00:00Z
+MINUTE = 60  # a reset stated to the minute is taken as the end of that minute
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts" / "text"
 
 
@@ -38,18 +39,20 @@ def test_durations(text: str, seconds: float | None) -> None:
 @pytest.mark.parametrize(
     ("text", "offset"),
     [
-        ("3pm", 7 * 3600),
-        ("3:28 PM.", 7 * 3600 + 28 * 60),
-        ("15:00 UTC", 7 * 3600),
-        ("12am", 16 * 3600),  # midnight has passed today: the next one
-        ("7am", 23 * 3600),  # an hour ago, beyond the tolerance: tomorrow
-        ("7:50am", -10 * 60),  # ten minutes ago: the reset the message meant
-        ("8:30pm (Asia/Tokyo)", 3 * 3600 + 30 * 60),
-        ("1pm (Etc/GMT+5)", 10 * 3600),
-        ("9am (Europe/Berlin)", 0),
-        ("Jan 17th, 2027 9:05 AM", 2 * 86400 + 3600 + 5 * 60),
-        ("Jan 19, 10am (Asia/Seoul)", 3 * 86400 + 17 * 3600),
-        ("Jan 16 at 8am", 86400),
+        ("3pm", 7 * 3600 + MINUTE),
+        ("3:28 PM.", 7 * 3600 + 28 * 60 + MINUTE),
+        ("3:28:30 PM", 7 * 3600 + 28 * 60 + 30),  # seconds given: exact
+        ("3:28:75 PM", None),
+        ("15:00 UTC", 7 * 3600 + MINUTE),
+        ("12am", 16 * 3600 + MINUTE),  # midnight has passed today: the next one
+        ("7am", 23 * 3600 + MINUTE),  # an hour ago, beyond the tolerance: tomorrow
+        ("7:50am", -10 * 60 + MINUTE),  # ten minutes ago: the reset the message meant
+        ("8:30pm (Asia/Tokyo)", 3 * 3600 + 30 * 60 + MINUTE),
+        ("1pm (Etc/GMT+5)", 10 * 3600 + MINUTE),
+        ("9am (Europe/Berlin)", MINUTE),
+        ("Jan 17th, 2027 9:05 AM", 2 * 86400 + 3600 + 5 * 60 + MINUTE),
+        ("Jan 19, 10am (Asia/Seoul)", 3 * 86400 + 17 * 3600 + MINUTE),
+        ("Jan 16 at 8am", 86400 + MINUTE),
         ("Jan 3", 353 * 86400 - 8 * 3600),  # no year and long past: next January
         ("1/20/2027", 5 * 86400 - 8 * 3600),
         ("2027-01-15T10:30:00Z", 2 * 3600 + 30 * 60),
@@ -67,7 +70,7 @@ def test_clock_times_and_dates(text: str, offset: float | None) -> None:
 
 
 def test_unknown_zone_falls_back_to_local_time() -> None:
-    assert parse_clock("3pm (Mars/Olympus)", NOW) == NOW + 7 * 3600
+    assert parse_clock("3pm (Mars/Olympus)", NOW) == NOW + 7 * 3600 + MINUTE
 
 
 @pytest.mark.parametrize(
@@ -78,7 +81,7 @@ def test_unknown_zone_falls_back_to_local_time() -> None:
         ('"retryDelay": "37s"', 37),
         ("Please try again in 2.5s.", 2.5),
         ("Your quota will reset after 1h2m3s.", 3723),
-        ("or try again at 3:28 PM.", 7 * 3600 + 28 * 60),
+        ("or try again at 3:28 PM.", 7 * 3600 + 28 * 60 + MINUTE),
         ("Usage will reset when your monthly cycle ends on 1/20/2027.", 5 * 86400 - 8 * 3600),
         ("Retrying in 32.0 seconds...", None),
     ],
@@ -112,8 +115,8 @@ def test_line_classification(line: str, classification: str | None) -> None:
 @pytest.mark.parametrize(
     ("name", "offset"),
     [
-        ("claude_session_limit.log", 3 * 3600 + 30 * 60),
-        ("claude_weekly_limit.log", 3 * 86400 + 17 * 3600),
+        ("claude_session_limit.log", 3 * 3600 + 30 * 60 + MINUTE),
+        ("claude_weekly_limit.log", 3 * 86400 + 17 * 3600 + MINUTE),
     ],
 )
 def test_text_parser_finds_claude_limit_messages(name: str, offset: float) -> None:
@@ -135,7 +138,7 @@ def test_a_line_with_a_reset_beats_a_later_line_without_one() -> None:
         ["You've hit your session limit · resets 3pm", "Error: 429 Too Many Requests"], now=NOW
     )
     assert found.transient is not None
-    assert found.transient.reset_at == NOW + 7 * 3600
+    assert found.transient.reset_at == NOW + 7 * 3600 + MINUTE
 
 
 def test_log_in_prompts_are_auth_failures() -> None:
