@@ -78,6 +78,8 @@ def report_findings(findings: Findings, *, round_no: int, emit: Callable[..., An
         )
     if findings.auth_error is not None:
         emit("agent_auth_error_detected", round=round_no, reason=findings.auth_error)
+    if findings.setup_error is not None:
+        emit("agent_setup_error_detected", round=round_no, reason=findings.setup_error)
     if findings.usage is not None:
         usage = findings.usage
         emit(

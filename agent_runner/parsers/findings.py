@@ -1,4 +1,4 @@
-"""What a transcript parser reports: a transient error, an auth failure, usage.
+"""What a transcript parser reports: a transient error, an auth or setup failure, usage.
 
 Parsers build these; the loop reads them. Values are as the provider reported them.
 """
@@ -38,6 +38,7 @@ class Findings:
 
     transient: Transient | None = None
     auth_error: str | None = None
+    setup_error: str | None = None  # the CLI could not start here: untrusted folder, no auth type
     usage: Usage | None = None
 
 

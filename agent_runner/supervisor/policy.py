@@ -36,6 +36,7 @@ class Outcome:
     transient: str | None = None  # classification
     reset_at: float | None = None  # server-given reset time (epoch seconds)
     auth_error: bool = False
+    setup_error: bool = False  # the CLI refused to start: untrusted folder, no auth method, …
     reason: str = ""  # short, redacted tail of the transcript for breaker events
 
 
@@ -47,6 +48,7 @@ class LoopState:
     crash_streak: int = 0
     stall_streak: int = 0
     auth_streak: int = 0
+    setup_streak: int = 0
     transient_streaks: Mapping[str, int] = field(default_factory=dict)
     backoff_until: float | None = None
     backoff_class: str | None = None
@@ -61,7 +63,9 @@ class Decision:
     delay_s: float = 0.0  # restart delay before the next round (continue)
     until: float | None = None  # back-off end, epoch seconds (backoff)
     source: Literal["server", "estimated"] | None = None
-    breaker: Literal["crash_loop", "stalled_no_progress", "auth_failed"] | None = None
+    breaker: Literal["crash_loop", "stalled_no_progress", "auth_failed", "setup_failed"] | None = (
+        None
+    )
     count: int = 0
     recovered: str | None = None  # a back-off class this round recovered from
 
@@ -102,6 +106,12 @@ def decide(
     if outcome.auth_error and auth_streak >= b.auth_failed_rounds:
         new = replace(state, auth_streak=auth_streak)
         return new, Decision("give_up", breaker="auth_failed", count=auth_streak)
+    # A CLI that cannot start in this setup fails the same way every round until someone
+    # fixes the setup: give up as soon as for a refused key, not after a crash loop.
+    setup_streak = state.setup_streak + 1 if outcome.setup_error else 0
+    if outcome.setup_error and setup_streak >= b.auth_failed_rounds:
+        new = replace(state, auth_streak=auth_streak, setup_streak=setup_streak)
+        return new, Decision("give_up", breaker="setup_failed", count=setup_streak)
 
     if outcome.transient is not None:
         streak = state.transient_streaks.get(outcome.transient, 0) + 1
@@ -109,6 +119,7 @@ def decide(
         new = replace(
             state,
             auth_streak=auth_streak,
+            setup_streak=setup_streak,
             transient_streaks={**state.transient_streaks, outcome.transient: streak},
             backoff_until=until,
             backoff_class=outcome.transient,
@@ -134,6 +145,7 @@ def decide(
         crash_streak=crash_streak,
         stall_streak=stall_streak,
         auth_streak=auth_streak,
+        setup_streak=setup_streak,
         backoff_class=None if recovered else state.backoff_class,
     )
     if crash_streak >= b.crash_loop_rounds:

@@ -48,6 +48,7 @@ class RoundResult:
             "duration_s": round(self.exit.duration_s, 3),
             "transient": transient.classification if transient else None,
             "auth_error": self.findings.auth_error is not None,
+            "setup_error": self.findings.setup_error is not None,
             "tree_action": self.tree.action if self.tree else None,
         }
 

@@ -243,7 +243,8 @@ class Serve:
             transient=findings.transient.classification if findings.transient else None,
             reset_at=findings.transient.reset_at if findings.transient else None,
             auth_error=findings.auth_error is not None,
-            reason=findings.auth_error or result.exit.cause,
+            setup_error=findings.setup_error is not None,
+            reason=findings.auth_error or findings.setup_error or result.exit.cause,
         )
         limits = Limits(
             restart_delay_s=self.config.runtime.restart_delay_s,
@@ -267,7 +268,10 @@ class Serve:
 
     def _give_up(self, decision: Decision, result: RoundResult) -> ExitCode:
         assert decision.breaker is not None
-        reason = f"round {result.number}: {result.findings.auth_error or result.exit.cause}"
+        found = result.findings
+        reason = (
+            f"round {result.number}: {found.auth_error or found.setup_error or result.exit.cause}"
+        )
         self.events.emit(decision.breaker, count=decision.count, reason=reason)
         return self._finish(f"gave up: {decision.breaker}", ExitCode.GAVE_UP)
 

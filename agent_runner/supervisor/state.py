@@ -60,7 +60,8 @@ def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
     if not isinstance(raw, dict):
         return LoopState()
     counters = {
-        k: raw.get(k, 0) for k in ("failures", "crash_streak", "stall_streak", "auth_streak")
+        k: raw.get(k, 0)
+        for k in ("failures", "crash_streak", "stall_streak", "auth_streak", "setup_streak")
     }
     streaks = raw.get("transient_streaks") or {}
     until, klass, source = (

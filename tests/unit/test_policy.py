@@ -111,6 +111,28 @@ def test_auth_breaker_needs_consecutive_auth_failures() -> None:
     assert decisions[-1] == Decision("give_up", breaker="auth_failed", count=2)
 
 
+def test_setup_errors_give_up_after_auth_failed_rounds_not_after_a_crash_loop() -> None:
+    untrusted = Outcome("error", duration_s=2, progressed=False, setup_error=True)
+    decisions = replay([untrusted, untrusted])
+    assert decisions[0].action == "continue"
+    assert decisions[-1] == Decision("give_up", breaker="setup_failed", count=2)
+
+
+def test_setup_breaker_needs_consecutive_setup_errors() -> None:
+    untrusted = Outcome("error", duration_s=2, progressed=False, setup_error=True)
+    auth = Outcome("error", duration_s=2, progressed=False, auth_error=True)
+    assert [d.action for d in replay([untrusted, CLEAN, untrusted])] == ["continue"] * 3
+    # Each kind counts on its own: one of each in a row is neither breaker.
+    assert [d.action for d in replay([untrusted, auth])] == ["continue"] * 2
+
+
+def test_a_transient_round_between_setup_errors_restarts_their_count() -> None:
+    untrusted = Outcome("error", duration_s=2, progressed=False, setup_error=True)
+    limited = Outcome("error", 1, False, transient="rate_limit_model")
+    decisions = replay([untrusted, limited, untrusted])
+    assert [d.action for d in decisions] == ["continue", "backoff", "continue"]
+
+
 def test_server_reset_time_is_obeyed_with_up_to_five_seconds_of_jitter() -> None:
     limited = Outcome("error", 1, False, transient="rate_limit_account", reset_at=NOW + 3600)
     state, decision = decide(LoopState(), limited, LIMITS, now=NOW, jitter=0.5)
@@ -176,6 +198,7 @@ outcomes = st.builds(
     transient=st.sampled_from([None, None, "rate_limit_model", "api_timeout"]),
     reset_at=st.one_of(st.none(), st.floats(NOW - 1000, NOW + 10**7)),
     auth_error=st.booleans(),
+    setup_error=st.booleans(),
 )
 
 
