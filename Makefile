@@ -9,7 +9,7 @@ ifneq ($(LANDLOCK_ABI),0)
 export AGENT_RUNNER_REQUIRE_CONFINEMENT ?= 1
 endif
 
-.PHONY: demo test lint typecheck unit docs clean bench whitelist
+.PHONY: demo test lint typecheck unit docs clean bench whitelist record
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "agent-runner needs Python >= 3.11")'
@@ -45,6 +45,10 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+# Re-record tests/fixtures/transcripts/real/ from the pinned CLIs (root, loopback only; slow).
+record: $(STAMP)
+	$(BIN)/python scripts/record-transcripts record
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
