@@ -3,14 +3,17 @@
 aider prints a Tokens line after every reply, then "Applied edit to …" and "Commit <sha> <message>"
 (text the model wrote), so only aider's error shapes after the last Tokens line count: litellm
 exception lines, aider's explanations of them, and what it printed before "Retrying in N seconds".
+aider wraps a litellm message at 80 columns; its continuation lines are read as one message.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from agent_runner.parsers import text
 from agent_runner.parsers.findings import Findings, Usage
+from agent_runner.parsers.signals import MAX_MESSAGE_CHARS
 
 _NUMBER = r"\d{1,15}(?:\.\d{1,6})?"
 _TOKENS = re.compile(
@@ -23,9 +26,10 @@ _COST = re.compile(rf"Cost: \$(?P<message>{_NUMBER}) message, \$(?P<session>{_NU
 _MODEL = re.compile(r"^(?:Main )?[Mm]odel: (?P<model>\S+)")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 # str() of a litellm exception, and the explanations aider prints for them (aider/exceptions.py).
+_LITELLM = re.compile(r"^litellm\.\w+:")
 _ERROR_LINE = re.compile(
-    r"^(?:litellm\.\w+:|The API provider (?:has rate limited you|is not able to authenticate you"
-    r"|timed out without returning|'s servers are down or overloaded))"
+    r"^(?:litellm\.\w+:|The API provider(?: has rate limited you| is not able to authenticate you"
+    r"| timed out without returning|'s servers are down or overloaded))"
 )
 _RETRYING = re.compile(r"^Retrying in \d+(?:\.\d+)? seconds")
 # aider's reports of its own actions; the commit message on a Commit line is the model's text.
@@ -39,15 +43,40 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     aider exits 0 even after giving up on the API, so its own error lines count whatever the
     exit; `prose` off drops only the weaker evidence, unshaped lines before "Retrying in".
     """
-    lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines()]
-    lines = [line for line in lines if line]
+    lines = _unwrapped(tail.decode("utf-8", "replace").splitlines())
     reports = [(i, m) for i, line in enumerate(lines) if (m := _TOKENS.match(line))]
     after = lines[reports[-1][0] + 1 :] if reports else lines
     errors = _error_lines(after[-text.WINDOW_LINES :], retry_context=prose)
-    found = text.scan_messages(errors, now=now)
+    # The exception names the error ("exceeded your current quota"); aider's explanation
+    # after it is generic ("has rate limited you"), so it decides only on its own.
+    found = text.scan_messages([e for e in errors if _LITELLM.match(e)], now=now)
+    if found == Findings():
+        found = text.scan_messages(errors, now=now)
     model = next((m.group("model") for line in lines if (m := _MODEL.match(line))), None)
     usage = _usage([m for _, m in reports], [lines[i] for i, _ in reports], model)
-    return Findings(transient=found.transient, auth_error=found.auth_error, usage=usage)
+    return replace(found, usage=usage)
+
+
+def _unwrapped(raw_lines: list[str]) -> list[str]:
+    """Non-blank lines, each litellm message joined with the lines aider wrapped it onto."""
+    lines: list[str] = []
+    joining = False
+    for raw in raw_lines:
+        line = raw.strip()
+        if not line:
+            # aider ends a message with a blank line (a docs URL may follow on its own).
+            joining = False
+            continue
+        if joining and not _starts_a_line(line) and len(lines[-1]) < MAX_MESSAGE_CHARS:
+            lines[-1] += " " + line
+            continue
+        lines.append(line)
+        joining = _LITELLM.match(line) is not None
+    return lines
+
+
+def _starts_a_line(line: str) -> bool:
+    return any(p.match(line) for p in (_ERROR_LINE, _RETRYING, _ACTION, _TOKENS))
 
 
 def _error_lines(lines: list[str], *, retry_context: bool) -> list[str]:

@@ -1,10 +1,12 @@
 """Claude Code `--output-format stream-json`: rate_limit_event, the final result, usage.
 
-A successful final `result` means the round went through, whatever came before it.
+A successful final `result` means the round went through, whatever came before it. Without a
+result (the round was killed while the CLI retried on its own), its `api_retry` lines count.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent_runner.parsers import text
@@ -14,6 +16,7 @@ from agent_runner.parsers.signals import (
     AUTH_STATUSES,
     classify_status,
     looks_like_auth_failure,
+    looks_like_setup_error,
     short_redacted,
 )
 
@@ -23,6 +26,8 @@ _ASSISTANT_ERRORS = {
     "server_error": "api_transient_5xx",
     "overloaded": "api_transient_5xx",
     "timeout": "api_timeout",
+    # "Credit balance is too low": nothing runs until someone pays, so wait like for a quota.
+    "billing_error": "rate_limit_account",
 }
 _MODEL_LIMITS = ("opus", "sonnet", "haiku")
 
@@ -42,10 +47,13 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     others: list[Transient | None] = []
     auth: str | None = None
     result: dict[str, Any] | None = None
+    retrying: tuple[Transient | None, str | None] = (None, None)
     for event in events:
         kind = event.get("type")
         if kind == "system" and event.get("subtype") == "init":
             model = as_str(event.get("model")) or model
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            retrying = _api_retry(event)
         elif kind == "rate_limit_event":
             _track_rate_limit(as_dict(event.get("rate_limit_info")), rejected)
         elif kind == "assistant":
@@ -57,10 +65,21 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     usage = _usage(result, model) if result is not None else None
     if result is not None and not _failed(result):
         return Findings(usage=usage)
+    if result is not None and (
+        result.get("api_error_type") == "not_found_error"
+        or looks_like_setup_error(as_str(result.get("result")))
+    ):
+        # "There's an issue with the selected model": no retry fixes the config.
+        setup = short_redacted(f"result error: {as_str(result.get('result'))}")
+        return Findings(setup_error=setup, usage=usage)
     if result is not None:
         transient, reason = _result_error(result, now)
         others.append(transient)
         auth = reason or auth
+    elif retrying != (None, None):
+        # Still retrying when the round ended: the error it was retrying is the outcome.
+        others.append(retrying[0])
+        auth = retrying[1] or auth
     # The structured reset from rate_limit_event beats any reset read from prose; without
     # any reset, the rejected window names the limit better than a bare status code.
     exact = [t for t in rejected.values() if t.reset_at is not None]
@@ -70,7 +89,7 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
         # starting with "{" is an event, or the agent's text torn by a kill.
         plain = [line for line, _ in lines if not _json_line(line)]
         fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
-        transient, auth = fallback.transient, fallback.auth_error
+        return replace(fallback, usage=usage)
     return Findings(transient=transient, auth_error=auth, usage=usage)
 
 
@@ -92,6 +111,25 @@ def _track_rate_limit(info: dict[str, Any], rejected: dict[str, Transient]) -> N
     elif status.startswith("allowed"):
         # A later "allowed" for the same window means that limit has lifted.
         rejected.pop(limit_type, None)
+
+
+def _api_retry(event: dict[str, Any]) -> tuple[Transient | None, str | None]:
+    """`{"type":"system","subtype":"api_retry","error_status":529,"error":"overloaded",…}`."""
+    status = as_int(event.get("error_status"))
+    tag = as_str(event.get("error"))
+    detail = short_redacted(
+        f"api_retry {as_int(event.get('attempt'))}/{as_int(event.get('max_retries'))}:"
+        f" {tag or 'error'} {status if status is not None else '(no status)'}"
+    )
+    if status in AUTH_STATUSES or tag == "authentication_failed":
+        return None, detail
+    classification = classify_status(status) or _ASSISTANT_ERRORS.get(tag)
+    if classification is None and (status is None or status >= 500):
+        # No status: the request never got an answer (refused, reset, no headers in time).
+        classification = "api_transient_5xx"
+    if classification is None:
+        return None, None
+    return Transient(classification, None, detail), None
 
 
 def _assistant_error(event: dict[str, Any], now: float) -> tuple[Transient | None, str | None]:

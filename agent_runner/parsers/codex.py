@@ -6,6 +6,7 @@ The older `{"msg": {...}}` event shape is read too.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent_runner.parsers import text
@@ -48,10 +49,10 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     if finished:
         return Findings(usage=usage)
     found = text.scan_messages(messages, now=now)
-    if prose and found.transient is None and found.auth_error is None:
+    if prose and found == Findings():
         plain = [line for line, objects in lines if not objects and line.strip()]
         found = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
-    return Findings(transient=found.transient, auth_error=found.auth_error, usage=usage)
+    return replace(found, usage=usage)
 
 
 def _normalise(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:

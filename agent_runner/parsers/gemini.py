@@ -2,11 +2,13 @@
 
 The last outcome (a `result` event, a fatal `error` event, or the json-mode object) decides,
 never tool output; without an error the round went through. Quota errors state their reset
-as "reset after 1h2m3s" or a retry delay.
+as "reset after 1h2m3s" or a retry delay, in the error or in the report gemini printed before it.
+Exit 41 with "Invalid auth method selected" and exit 55 (untrusted folder) are setup errors.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agent_runner.parsers import text
@@ -22,12 +24,15 @@ from agent_runner.parsers.signals import (
     AUTH_STATUSES,
     classify_status,
     looks_like_auth_failure,
+    looks_like_setup_error,
     short_redacted,
 )
 
 _OUTCOME_KEYS = ("response", "stats", "error")
 # Gemini CLI exit codes that its JSON error object reports in `code`.
 _AUTH_EXIT_CODE = 41
+# Printed as plain text before exit 55, whatever the output format.
+_UNTRUSTED = re.compile(r"^Gemini CLI is not running in a trusted directory\b")
 
 
 def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
@@ -45,12 +50,29 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     error = _outcome_error(outcome) if outcome is not None else {}
     if outcome is not None and not error and outcome.get("status") != "error":
         return Findings(usage=usage)
-    transient, auth = _error(error, now) if error else (None, None)
-    if prose and transient is None and auth is None:
-        plain = [line for line, found in lines if not found and line.strip()]
-        fallback = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
-        transient, auth = fallback.transient, fallback.auth_error
-    return Findings(transient=transient, auth_error=auth, usage=usage)
+    transient, auth, setup = _error(error, now) if error else (None, None, None)
+    plain = [line for line, found in lines if not found and line.strip()][-text.WINDOW_LINES :]
+    if outcome is None:
+        setup = next((short_redacted(line) for line in plain if _UNTRUSTED.match(line)), None)
+    if prose and transient is None and auth is None and setup is None:
+        fallback = text.scan_lines(plain, now=now)
+        transient, auth, setup = fallback.transient, fallback.auth_error, fallback.setup_error
+    if (
+        transient is not None
+        and transient.reset_at is None
+        and "rate_limit" in transient.classification
+    ):
+        transient = _with_reported_reset(transient, plain, now)
+    return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+
+
+def _with_reported_reset(transient: Transient, plain: list[str], now: float) -> Transient:
+    """The quota error's reset from gemini's own report of it ("Please retry in 8220.5s.")."""
+    for line in reversed(plain):
+        reset = text.find_reset(line, now)
+        if reset is not None:
+            return Transient(transient.classification, reset, transient.detail)
+    return transient
 
 
 def _is_outcome(obj: dict[str, Any]) -> bool:
@@ -71,23 +93,25 @@ def _outcome_error(outcome: dict[str, Any]) -> dict[str, Any]:
     return as_dict(outcome.get("error"))
 
 
-def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None]:
+def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None, str | None]:
     code = as_int(error.get("code"))
     kind = as_str(error.get("type"))
     message = " ".join(as_str(error.get("message")).split())
     label = f"{kind or 'error'} {code}" if code is not None else kind or "error"
     detail = short_redacted(f"{label}: {message}")
+    if looks_like_setup_error(message):
+        return None, None, detail
     if (
         code in AUTH_STATUSES
         or code == _AUTH_EXIT_CODE
         or "Auth" in kind
         or looks_like_auth_failure(message)
     ):
-        return None, detail
+        return None, detail, None
     classification = text.classify_line(f"{kind}: {message}") or classify_status(code)
     if classification is None:
-        return None, None
-    return Transient(classification, text.find_reset(message, now), detail), None
+        return None, None, None
+    return Transient(classification, text.find_reset(message, now), detail), None, None
 
 
 def _usage(stats: dict[str, Any], model: str | None) -> Usage | None:

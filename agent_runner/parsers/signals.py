@@ -1,4 +1,4 @@
-"""Shared vocabulary: HTTP status to classification, auth phrases, and redacted one-liners.
+"""Shared vocabulary: HTTP status to classification, auth and setup phrases, redacted one-liners.
 
 Everything a parser puts into `detail` or an auth reason goes through `short_redacted`.
 """
@@ -19,6 +19,8 @@ _STATUS_CLASSES = {
     529: "api_transient_5xx",
 }
 AUTH_STATUSES = frozenset({401, 403})
+# Messages are short; a longer line is agent output, and scanning it whole is slow.
+MAX_MESSAGE_CHARS = 2048
 
 _SECRETS = (
     (re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"), "Bearer ***"),
@@ -46,12 +48,27 @@ AUTH_TEXT = re.compile(
 )
 
 
+# A CLI that cannot run in this setup at all: retrying changes nothing until someone fixes it.
+SETUP_TEXT = re.compile(
+    r"(?i)not running in a trusted (?:directory|folder)|invalid auth method selected"
+    r"|please set an auth method|must specify the gemini_api_key"
+    r"|model [`'\"][^`'\"\n]{1,80}[`'\"] does not exist|models/\S+ is not found|model_not_found"
+    r"|not_found_error|issue with the selected model"
+)
+_SETUP_HINTS = ("trusted", "auth method", "gemini_api_key", "model", "not_found")
+
+
+def looks_like_setup_error(text: str) -> bool:
+    """True when a message says the CLI cannot start here (trust, auth type, unknown model)."""
+    text = text[:MAX_MESSAGE_CHARS]
+    lowered = text.lower()
+    return any(hint in lowered for hint in _SETUP_HINTS) and SETUP_TEXT.search(text) is not None
+
+
 _AUTH_HINTS = (
     "401", "unauthori", "authenticat", "api key", "api_key", "api-key", "apikey",
     "login", "log in", "logged in", "sign in", "token", "invalid_grant",
 )  # fmt: skip
-# Messages are short; a longer line is agent output, and scanning it whole is slow.
-MAX_MESSAGE_CHARS = 2048
 
 
 def looks_like_auth_failure(text: str) -> bool:

@@ -12,7 +12,12 @@ from collections.abc import Callable, Sequence
 
 from agent_runner.parsers.findings import Findings, Transient, pick_transient
 from agent_runner.parsers.resets import parse_clock, parse_duration
-from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, looks_like_auth_failure, short_redacted
+from agent_runner.parsers.signals import (
+    MAX_MESSAGE_CHARS,
+    looks_like_auth_failure,
+    looks_like_setup_error,
+    short_redacted,
+)
 
 WINDOW_LINES = 40
 
@@ -46,7 +51,7 @@ _CLI_SHAPES = (
     r"(?:5-hour|five-hour|weekly|daily|monthly|session|opus|sonnet|haiku)(?: weekly)?"
     rf" limit reached{_LIMIT_END}",
     r"you(?:'|\u2019)ve (?:hit|reached) your\b",
-    r"exceeded retry limit\b|attempt \d+ failed with status \d{3}\b|quota exceeded\b",
+    r"exceeded retry limit\b|attempt \d+ failed\b|quota exceeded\b",
     r"stream (?:error|disconnected)\b",
     rf"(?:http(?:/[\d.]+)? )?\d{{3}} (?:{_STATUS_TEXT})\s*[.!]?\s*(?:$|[{{(:-])",
     r"request timed out\.?\s*$",
@@ -60,7 +65,7 @@ _ACCOUNT_LIMIT = re.compile(
     r"(?i)hit your (?:[\w-]+ )?limit|(?:usage|session|weekly|daily|monthly|5-hour|five[- ]hour"
     r"|7-day|seven[- ]day) limit|(?<!rate )limit reached|out of (?:extra )?usage"
     r"|usage_limit_reached|quota (?:exceeded|exhausted|will reset)|exceeded your (?:current )?quota"
-    r"|exhausted your (?:[\w-]+ )?(?:quota|capacity)|insufficient_quota"
+    r"|exhausted your (?:[\w-]+ )?(?:quota|capacity)|insufficient_quota|credit balance is too low"
 )
 _MODEL_SCOPE = re.compile(
     r"(?i)\b(?:opus|sonnet|haiku)\b[^\n]{0,12}\blimit|on this model|per ?model"
@@ -75,8 +80,9 @@ _SERVER = re.compile(
     r"(?i)(?:status|code|error)[^\d\n]{0,12}\b(?:500|502|503|504|529)\b"
     r"|\b(?:500|502|503|504|529)\b[^\n]{0,40}(?:error|internal|gateway|unavailable|overloaded)"
     r"|internal server error|bad gateway|service unavailable|gateway time-?out"
-    r"|overloaded(?:_error)?"
+    r"|overloaded(?:_error)?|experiencing high demand|(?:model|api) is at capacity"
     r"|internalservererror|serviceunavailableerror|apiconnectionerror|stream disconnected"
+    r"|connection (?:failed|refused|error)|econnrefused|error sending request|fetch failed"
 )
 _TIMEOUT = re.compile(
     r"(?i)\b408\b|request timed? ?out|provider timed out|litellm\.timeout|apitimeouterror"
@@ -87,7 +93,8 @@ _TIMEOUT = re.compile(
 _TRANSIENT_HINTS = (
     "limit", "quota", "429", "too many", "exhaust", "500", "502", "503", "504", "529",
     "internal server", "bad gateway", "unavailable", "time", "overloaded", "apiconnection",
-    "disconnected", "408", "deadline",
+    "disconnected", "408", "deadline", "servererror", "demand", "capacity", "credit",
+    "connection", "econnrefused", "sending request", "fetch failed",
 )  # fmt: skip
 
 
@@ -152,8 +159,12 @@ def scan_lines(lines: Sequence[str], *, now: float) -> Findings:
 def _scan(lines: Sequence[str], now: float, counts: Callable[[str], bool]) -> Findings:
     transients: list[Transient | None] = []
     auth: str | None = None
+    setup: str | None = None
     for i, line in enumerate(lines):
         if not counts(line):
+            continue
+        if looks_like_setup_error(line):
+            setup = short_redacted(line)
             continue
         classification = classify_line(line)
         if classification is not None:
@@ -165,7 +176,7 @@ def _scan(lines: Sequence[str], now: float, counts: Callable[[str], bool]) -> Fi
         if looks_like_auth_failure(line):
             auth = short_redacted(line)
     # Usage is never guessed from text.
-    return Findings(transient=pick_transient(transients), auth_error=auth)
+    return Findings(transient=pick_transient(transients), auth_error=auth, setup_error=setup)
 
 
 def last_lines(text: str, count: int = WINDOW_LINES) -> list[str]:

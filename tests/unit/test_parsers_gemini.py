@@ -52,11 +52,11 @@ def test_server_errors_and_timeouts_are_classified(name: str, classification: st
     assert (found.transient.classification, found.transient.reset_at) == (classification, None)
 
 
-def test_missing_auth_method_exit_code_is_an_auth_failure() -> None:
+def test_missing_auth_method_is_a_setup_error_not_a_refused_key() -> None:
     found = fixture("auth_method_missing.json")
-    assert found.transient is None
-    assert found.auth_error is not None
-    assert found.auth_error.startswith("FatalAuthenticationError 41: Please set an Auth method")
+    assert (found.transient, found.auth_error) == (None, None)
+    assert found.setup_error is not None
+    assert found.setup_error.startswith("FatalAuthenticationError 41: Please set an Auth method")
 
 
 def test_invalid_api_key_is_an_auth_failure_with_the_key_masked() -> None:

@@ -1,0 +1,139 @@
+"""The recorded conformance corpus (tests/fixtures/transcripts/real) and what each must yield.
+
+Every recording made by `make record` needs an entry in EXPECTED: what the case *is* (an auth
+failure, a rate limit, an outage, a setup error, a success), decided from the case and the
+CLI's output, never from what the parser happens to report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+REAL = Path(__file__).parent / "fixtures" / "transcripts" / "real"
+OUTAGE = ("api_transient_5xx", "api_timeout")
+
+
+@dataclass(frozen=True)
+class Recording:
+    folder: Path
+    case: str
+    meta: dict[str, Any]
+
+    @property
+    def cli(self) -> str:
+        return str(self.meta["cli"])
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.case}.log"
+
+    @property
+    def id(self) -> str:
+        return f"{self.folder.name}/{self.case}"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a recording means to the loop.
+
+    `reset`: how the CLI stated the reset, if it did. "exact": an epoch, `reset_in_s` after the
+    recording started; "relative": `reset_in_s` after the transcript is read; "clock": a clock
+    time to the minute (taken as the end of that minute, within the next day).
+    """
+
+    kind: Literal["success", "auth", "setup", "limit", "outage"]
+    classification: str | None = None
+    reset: Literal["exact", "relative", "clock"] | None = None
+    reset_in_s: float | None = None
+
+
+SUCCESS = Expect("success")
+AUTH = Expect("auth")
+SETUP = Expect("setup")
+
+
+def outage() -> Expect:
+    return Expect("outage")
+
+
+def limit(classification: str, reset: Any = None, reset_in_s: float | None = None) -> Expect:
+    return Expect("limit", classification, reset, reset_in_s)
+
+
+# The fake APIs' reset information (scripts/recording/fakeapi).
+PER_MINUTE_RESET_S = 90
+USAGE_RESET_S = 2 * 3600 + 17 * 60
+
+EXPECTED: dict[tuple[str, str], Expect] = {
+    ("claude", "success"): SUCCESS,
+    ("claude", "auth"): AUTH,
+    # retry-after 90 s: Claude Code gives up at once and prints no reset.
+    ("claude", "rate_limit"): limit("rate_limit_model"),
+    ("claude", "server_error"): outage(),
+    ("claude", "overloaded"): outage(),
+    ("claude", "connection_refused"): outage(),
+    # Killed while retrying: only api_retry lines, no result.
+    ("claude", "server_error_at_budget"): outage(),
+    # retry-after 5 s: Claude Code retries ten times (about 3 minutes), then prints the 429.
+    ("claude", "rate_limit_short"): limit("rate_limit_model"),
+    # "Credit balance is too low": waits on the ladder until someone tops it up.
+    ("claude", "quota"): limit("rate_limit_account"),
+    # rate_limit_event resetsAt, from the anthropic-ratelimit-unified-reset header.
+    ("claude", "usage_limit"): limit("rate_limit_account", "exact", USAGE_RESET_S),
+    # 404 not_found_error: "There's an issue with the selected model".
+    ("claude", "unknown_model"): SETUP,
+    ("codex", "success"): SUCCESS,
+    ("codex", "auth"): AUTH,
+    ("codex", "server_error"): outage(),
+    ("codex", "overloaded"): outage(),
+    # insufficient_quota: codex retries it and prints only "exceeded retry limit, last status 429".
+    ("codex", "quota"): limit("rate_limit_model"),
+    # "try again at 11:23 AM."
+    ("codex", "usage_limit"): limit("rate_limit_account", "clock"),
+    # retry-after 90 s honoured: still retrying ("Reconnecting... 4/5 (… 429 …)") at the budget.
+    ("codex", "rate_limit"): limit("rate_limit_model"),
+    # "Reconnecting... waiting for network" until the budget.
+    ("codex", "connection_refused"): outage(),
+    ("codex", "unknown_model"): SETUP,
+    ("gemini", "success"): SUCCESS,
+    ("gemini", "auth"): AUTH,
+    # Still retrying at the budget: "Attempt 4 failed: You exceeded your current quota …
+    # Suggested retry after 90s.."
+    ("gemini", "rate_limit"): limit("rate_limit_account", "relative", PER_MINUTE_RESET_S),
+    ("gemini", "server_error"): outage(),
+    ("gemini", "overloaded"): outage(),
+    # "exception TypeError: fetch failed sending request", code 1.
+    ("gemini", "connection_refused"): outage(),
+    # TerminalQuotaError "exhausted your daily quota on this model"; its report says
+    # "Please retry in 8220.5s."
+    ("gemini", "quota"): limit("rate_limit_model", "relative", 8220.5),
+    ("gemini", "server_error_at_budget"): outage(),
+    ("gemini", "unknown_model"): SETUP,
+    ("gemini", "untrusted_folder"): SETUP,
+    ("gemini", "no_auth_method"): SETUP,
+    ("aider", "success"): SUCCESS,
+    ("aider", "auth"): AUTH,
+    # "Please try again in 1m30s", wrapped onto the next line by aider.
+    ("aider", "rate_limit"): limit("rate_limit_model", "relative", PER_MINUTE_RESET_S),
+    ("aider", "server_error"): outage(),
+    ("aider", "overloaded"): outage(),
+    ("aider", "connection_refused"): outage(),
+    ("aider", "quota"): limit("rate_limit_account"),
+    ("aider", "server_error_at_budget"): outage(),
+    # litellm.NotFoundError: "The model `gpt-5-codex` does not exist", wrapped.
+    ("aider", "unknown_model"): SETUP,
+}
+
+
+def recordings() -> list[Recording]:
+    """Every recorded case, in a stable order."""
+    found = []
+    for meta_path in sorted(REAL.glob("*/*.json")):
+        if meta_path.name == "cli.json":
+            continue
+        meta = json.loads(meta_path.read_text())
+        found.append(Recording(meta_path.parent, meta_path.stem, meta))
+    return found
