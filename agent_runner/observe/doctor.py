@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
-from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable
+from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable, GitError
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
@@ -41,6 +42,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
     checks = [Check("config", "ok", str(config.path))]
     probes: list[Callable[[Config], Iterator[Check]]] = [
         _agent_command,
+        _agent_setup,
         _prompt_files,
         _work_tree,
         _log_dir,
@@ -81,6 +83,78 @@ def _agent_command(config: Config) -> Iterator[Check]:
             f"{program!r} is not on PATH",
             "install it or set agent.command",
         )
+
+
+def _agent_setup(config: Config) -> Iterator[Check]:
+    """Setup problems the CLI named by agent.parser is known to stop on in every round."""
+    env = {**os.environ, **config.agent.env}
+    if config.agent.parser == "gemini":
+        yield from _gemini_setup(config, env)
+    elif config.agent.parser == "aider":
+        yield from _aider_setup(config)
+
+
+def _gemini_setup(config: Config, env: Mapping[str, str]) -> Iterator[Check]:
+    command = config.agent.command
+    if "--skip-trust" not in command and env.get("GEMINI_CLI_TRUST_WORKSPACE") != "true":
+        yield Check(
+            "agent setup",
+            "warn",
+            "gemini exits 55 in a folder not trusted interactively (and drops --yolo)",
+            'add "--skip-trust" to agent.command (the gemini preset has it)',
+        )
+    settings = _json_file(Path(env.get("HOME", "~")).expanduser() / ".gemini" / "settings.json")
+    auth = _dict(_dict(settings.get("security")).get("auth")).get("selectedType")
+    if auth or settings.get("selectedAuthType"):
+        return
+    if env.get("GOOGLE_GEMINI_BASE_URL"):
+        yield Check(
+            "agent setup",
+            "warn",
+            "GOOGLE_GEMINI_BASE_URL is set and no auth type is configured: gemini exits 41"
+            ' "Invalid auth method selected"',
+            'set security.auth.selectedType = "gemini-api-key" in ~/.gemini/settings.json',
+        )
+    elif not any(env.get(k) for k in ("GEMINI_API_KEY", "GOOGLE_API_KEY")) and not any(
+        env.get(k) == "true" for k in ("GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA")
+    ):
+        yield Check(
+            "agent setup",
+            "warn",
+            "gemini has no auth method: neither settings.json nor GEMINI_API_KEY names one"
+            " (exit 41)",
+            "set GEMINI_API_KEY in agent.env, or log in once with `gemini` interactively",
+        )
+
+
+def _aider_setup(config: Config) -> Iterator[Check]:
+    work_dir = config.runtime.work_dir
+    if not vcs.is_work_tree(work_dir):
+        return
+    try:
+        vcs.run_git(work_dir, "check-ignore", "-q", "--no-index", ".aider.tags.cache.v4")
+    except GitError:
+        yield Check(
+            "agent setup",
+            "warn",
+            "aider writes .aider.tags.cache.v4/ into the work tree and git does not ignore it:"
+            " every round leaves the tree dirty",
+            "add '.aider*' to the repository's .git/info/exclude (or to .gitignore)",
+        )
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    """A small JSON settings file as a dict; {} when missing, unreadable or not an object."""
+    try:
+        with path.open("rb") as handle:
+            value = json.loads(handle.read(1024 * 1024))
+    except (OSError, ValueError):
+        return {}
+    return _dict(value)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _prompt_files(config: Config) -> Iterator[Check]:

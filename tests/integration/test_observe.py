@@ -147,3 +147,48 @@ def test_events_follow_prints_history_then_new_events(project: Project) -> None:
         follower.kill()
         follower.wait()
         follower.stdout.close()
+
+
+def setup_warnings(project: Project, env: dict[str, str] | None = None) -> list[str]:
+    done = project.cli("doctor", "--json", env=env)
+    return [c["detail"] for c in json.loads(done.stdout) if c["name"] == "agent setup"]
+
+
+def test_doctor_warns_before_gemini_stops_on_an_untrusted_folder(project: Project) -> None:
+    home = project.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    env = {"HOME": str(home), "GEMINI_API_KEY": "x", "GOOGLE_GEMINI_BASE_URL": ""}
+    project.write_config(agent("exits_with.py", "0"), agent={"parser": "gemini"})
+    [warning] = setup_warnings(project, env)
+    assert "exits 55" in warning
+    project.write_config(agent("exits_with.py", "0", "--skip-trust"), agent={"parser": "gemini"})
+    assert setup_warnings(project, env) == []
+
+
+def test_doctor_warns_when_gemini_would_infer_an_auth_type_it_refuses(project: Project) -> None:
+    home = project.root / "home"
+    home.mkdir()
+    project.write_config(
+        agent("exits_with.py", "0", "--skip-trust"),
+        agent={"parser": "gemini", "env": {"GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9"}},
+    )
+    env = {"HOME": str(home), "GEMINI_API_KEY": "x"}
+    [warning] = setup_warnings(project, env)
+    assert "Invalid auth method selected" in warning
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    assert setup_warnings(project, env) == []
+
+
+def test_doctor_warns_when_aiders_files_would_dirty_every_round(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"), agent={"parser": "aider"})
+    [warning] = setup_warnings(project)
+    assert ".aider.tags.cache.v4/" in warning
+    with (project.work_dir / ".git" / "info" / "exclude").open("a") as exclude:
+        exclude.write(".aider*\n")
+    assert setup_warnings(project) == []
