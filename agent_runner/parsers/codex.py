@@ -48,7 +48,8 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     usage = _usage(usage_fields, model) if usage_fields is not None else None
     if finished:
         return Findings(usage=usage)
-    found = text.scan_messages(messages, now=now)
+    # A CLI retrying for an hour prints thousands of these: the last ones say enough.
+    found = text.scan_messages(messages[-text.WINDOW_LINES :], now=now)
     if prose and found == Findings():
         plain = [line for line, objects in lines if not objects and line.strip()]
         found = text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
