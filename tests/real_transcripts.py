@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
+
+from agent_runner.parsers import Findings
+
 REAL = Path(__file__).parent / "fixtures" / "transcripts" / "real"
 OUTAGE = ("api_transient_5xx", "api_timeout")
+# A recording's exact reset lands this far after the recording started (the CLI's own delay).
+EXACT_SLACK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,7 @@ class Expect:
 SUCCESS = Expect("success")
 AUTH = Expect("auth")
 SETUP = Expect("setup")
-
-
-def outage() -> Expect:
-    return Expect("outage")
+DOWN = Expect("outage")
 
 
 def limit(classification: str, reset: Any = None, reset_in_s: float | None = None) -> Expect:
@@ -72,11 +75,11 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("claude", "auth"): AUTH,
     # retry-after 90 s: Claude Code gives up at once and prints no reset.
     ("claude", "rate_limit"): limit("rate_limit_model"),
-    ("claude", "server_error"): outage(),
-    ("claude", "overloaded"): outage(),
-    ("claude", "connection_refused"): outage(),
+    ("claude", "server_error"): DOWN,
+    ("claude", "overloaded"): DOWN,
+    ("claude", "connection_refused"): DOWN,
     # Killed while retrying: only api_retry lines, no result.
-    ("claude", "server_error_at_budget"): outage(),
+    ("claude", "server_error_at_budget"): DOWN,
     # retry-after 5 s: Claude Code retries ten times (about 3 minutes), then prints the 429.
     ("claude", "rate_limit_short"): limit("rate_limit_model"),
     # "Credit balance is too low": waits on the ladder until someone tops it up.
@@ -87,8 +90,8 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("claude", "unknown_model"): SETUP,
     ("codex", "success"): SUCCESS,
     ("codex", "auth"): AUTH,
-    ("codex", "server_error"): outage(),
-    ("codex", "overloaded"): outage(),
+    ("codex", "server_error"): DOWN,
+    ("codex", "overloaded"): DOWN,
     # insufficient_quota: codex retries it and prints only "exceeded retry limit, last status 429".
     ("codex", "quota"): limit("rate_limit_model"),
     # "try again at 11:23 AM."
@@ -96,21 +99,21 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     # retry-after 90 s honoured: still retrying ("Reconnecting... 4/5 (… 429 …)") at the budget.
     ("codex", "rate_limit"): limit("rate_limit_model"),
     # "Reconnecting... waiting for network" until the budget.
-    ("codex", "connection_refused"): outage(),
+    ("codex", "connection_refused"): DOWN,
     ("codex", "unknown_model"): SETUP,
     ("gemini", "success"): SUCCESS,
     ("gemini", "auth"): AUTH,
     # Still retrying at the budget: "Attempt 4 failed: You exceeded your current quota …
     # Suggested retry after 90s.."
     ("gemini", "rate_limit"): limit("rate_limit_account", "relative", PER_MINUTE_RESET_S),
-    ("gemini", "server_error"): outage(),
-    ("gemini", "overloaded"): outage(),
+    ("gemini", "server_error"): DOWN,
+    ("gemini", "overloaded"): DOWN,
     # "exception TypeError: fetch failed sending request", code 1.
-    ("gemini", "connection_refused"): outage(),
+    ("gemini", "connection_refused"): DOWN,
     # TerminalQuotaError "exhausted your daily quota on this model"; its report says
     # "Please retry in 8220.5s."
     ("gemini", "quota"): limit("rate_limit_model", "relative", 8220.5),
-    ("gemini", "server_error_at_budget"): outage(),
+    ("gemini", "server_error_at_budget"): DOWN,
     ("gemini", "unknown_model"): SETUP,
     ("gemini", "untrusted_folder"): SETUP,
     ("gemini", "no_auth_method"): SETUP,
@@ -118,11 +121,11 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("aider", "auth"): AUTH,
     # "Please try again in 1m30s", wrapped onto the next line by aider.
     ("aider", "rate_limit"): limit("rate_limit_model", "relative", PER_MINUTE_RESET_S),
-    ("aider", "server_error"): outage(),
-    ("aider", "overloaded"): outage(),
-    ("aider", "connection_refused"): outage(),
+    ("aider", "server_error"): DOWN,
+    ("aider", "overloaded"): DOWN,
+    ("aider", "connection_refused"): DOWN,
     ("aider", "quota"): limit("rate_limit_account"),
-    ("aider", "server_error_at_budget"): outage(),
+    ("aider", "server_error_at_budget"): DOWN,
     # litellm.NotFoundError: "The model `gpt-5-codex` does not exist", wrapped.
     ("aider", "unknown_model"): SETUP,
 }
@@ -137,3 +140,38 @@ def recordings() -> list[Recording]:
         meta = json.loads(meta_path.read_text())
         found.append(Recording(meta_path.parent, meta_path.stem, meta))
     return found
+
+
+def check_findings(found: Findings, expect: Expect, recording: Recording, now: float) -> None:
+    """The assertions the findings of `recording`, read at `now`, must pass."""
+    if expect.kind == "success":
+        assert (found.transient, found.auth_error, found.setup_error) == (None, None, None)
+        return
+    if expect.kind == "auth":
+        assert found.auth_error is not None
+        assert (found.transient, found.setup_error) == (None, None)
+        return
+    if expect.kind == "setup":
+        assert found.setup_error is not None
+        assert (found.transient, found.auth_error) == (None, None)
+        return
+    assert found.auth_error is None and found.setup_error is None
+    assert found.transient is not None
+    if expect.kind == "outage":
+        assert found.transient.classification in OUTAGE
+        return
+    assert found.transient.classification == expect.classification
+    reset_at = found.transient.reset_at
+    if expect.reset is None:
+        assert reset_at is None
+    elif expect.reset == "exact":
+        assert expect.reset_in_s is not None and reset_at is not None
+        start = recording.meta["recorded_at"] + expect.reset_in_s
+        assert start <= reset_at <= start + EXACT_SLACK_S
+    elif expect.reset == "relative":
+        assert expect.reset_in_s is not None
+        assert reset_at == pytest.approx(now + expect.reset_in_s, abs=1.0)
+    else:
+        # To the minute: the end of that minute, never earlier than the time printed.
+        assert reset_at is not None and reset_at % 60 == 0
+        assert now < reset_at <= now + 86400 + 60

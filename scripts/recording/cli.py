@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,11 @@ def record(clis: list[str], cases: list[str] | None, jobs: int) -> None:
     reason = isolation_unavailable()
     if reason is not None:
         print(f"record-transcripts: skipped: {reason}", file=sys.stderr)
+        raise SystemExit(0)
+    if shutil.which("npm") is None and any(CLIS[c].registry == "npm" for c in clis):
+        print(
+            "record-transcripts: skipped: npm is not on PATH (apt-get install npm)", file=sys.stderr
+        )
         raise SystemExit(0)
     install(clis)
     work = [

@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts"
 RESET_IN_S = 2
 
 
-def claude_limit(reset_at: int) -> str:
+def claude_limit(reset_at: int, _in_s: int) -> str:
     info = {"status": "rejected", "rateLimitType": "five_hour", "resetsAt": reset_at}
     result = {
         "type": "result",
@@ -39,7 +39,7 @@ def claude_limit(reset_at: int) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
-def codex_limit(reset_at: int) -> str:
+def codex_limit(reset_at: int, _in_s: int) -> str:
     body = {
         "type": "error",
         "error": {"type": "usage_limit_reached", "resets_at": reset_at},
@@ -55,30 +55,29 @@ def codex_limit(reset_at: int) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
-def gemini_limit(reset_at: int) -> str:
+def gemini_limit(_reset_at: int, in_s: int) -> str:
     # Gemini states its reset relative to now only.
     message = (
-        "You have exhausted your capacity on this model. "
-        f"Your quota will reset after {reset_at - int(time.time())}s."
+        f"You have exhausted your capacity on this model. Your quota will reset after {in_s}s."
     )
     outcome = {"error": {"type": "TerminalQuotaError", "message": message, "code": 429}}
     return "Loaded cached credentials.\n" + json.dumps(outcome, indent=2) + "\n"
 
 
-def aider_limit(reset_at: int) -> str:
-    seconds = reset_at - int(time.time())
+def aider_limit(_reset_at: int, in_s: int) -> str:
     return (
         "Aider v0.86.1\n"
         "Main model: gpt-4o with diff edit format\n"
         "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached for gpt-4o"
         " on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000."
-        f" Please try again in {seconds}s.\n"
+        f" Please try again in {in_s}s.\n"
         "The API provider has rate limited you. Try again later or check your quotas.\n"
     )
 
 
-# parser, transcript with a reset at the given epoch, exit code, class, reset given as an epoch
-LIMITS: list[tuple[str, Callable[[int], str], int, str, bool]] = [
+# parser, transcript with a reset at the given epoch (or in so many seconds), exit code, class,
+# reset given as an epoch
+LIMITS: list[tuple[str, Callable[[int, int], str], int, str, bool]] = [
     ("claude", claude_limit, 1, "rate_limit_account", True),
     ("codex", codex_limit, 1, "rate_limit_account", True),
     ("gemini", gemini_limit, 1, "rate_limit_model", False),
@@ -106,14 +105,15 @@ def test_rate_limit_waits_for_the_stated_reset(
     project: Project,
     tmp_path: Path,
     parser: str,
-    transcript: Callable[[int], str],
+    transcript: Callable[[int, int], str],
     exit_code: int,
     classification: str,
     exact: bool,
 ) -> None:
-    reset_at = int(time.time()) + RESET_IN_S + 1
+    in_s = RESET_IN_S + 1
+    reset_at = int(time.time()) + in_s
     path = tmp_path / f"{parser}-limit.log"
-    path.write_text(transcript(reset_at))
+    path.write_text(transcript(reset_at, in_s))
     project.write_config(
         agent("prints_transcript.py", str(path), str(exit_code)),
         agent={"parser": parser},
@@ -127,8 +127,10 @@ def test_rate_limit_waits_for_the_stated_reset(
     if exact:
         assert transient["reset_at"] == reset_at
     else:
-        # A relative reset ("in 2s") is resolved when the transcript is parsed.
-        assert reset_at - 2 <= transient["reset_at"] <= reset_at + 2
+        # A relative reset ("in 3s") is resolved when the transcript is parsed: after the
+        # agent exited, before the finding was written (event times are to the millisecond).
+        parsed_after, parsed_before = ts(project.events("agent_exit")[0]), ts(transient)
+        assert parsed_after + in_s - 0.001 <= transient["reset_at"] <= parsed_before + in_s + 0.001
     wait = project.events("backoff_wait")[0]
     assert wait["source"] == "server"
     assert wait["until"] >= transient["reset_at"]

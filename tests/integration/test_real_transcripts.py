@@ -17,8 +17,7 @@ import pytest
 
 from agent_runner.parsers import Findings, Transient
 from tests.integration.conftest import Project, agent
-from tests.real_transcripts import EXPECTED, Recording, recordings
-from tests.unit.test_parsers_real import check_findings
+from tests.real_transcripts import EXPECTED, Recording, check_findings, recordings
 
 RECORDINGS = recordings()
 WAIT_S = 30.0
