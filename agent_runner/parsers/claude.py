@@ -65,10 +65,7 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     usage = _usage(result, model) if result is not None else None
     if result is not None and not _failed(result):
         return Findings(usage=usage)
-    if result is not None and (
-        result.get("api_error_type") == "not_found_error"
-        or looks_like_setup_error(as_str(result.get("result")))
-    ):
+    if result is not None and looks_like_setup_error(as_str(result.get("result"))):
         # "There's an issue with the selected model": no retry fixes the config.
         setup = short_redacted(f"result error: {as_str(result.get('result'))}")
         return Findings(setup_error=setup, usage=usage)

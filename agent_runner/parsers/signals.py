@@ -53,9 +53,9 @@ SETUP_TEXT = re.compile(
     r"(?i)not running in a trusted (?:directory|folder)|invalid auth method selected"
     r"|please set an auth method|must specify the gemini_api_key"
     r"|model [`'\"][^`'\"\n]{1,80}[`'\"] does not exist|models/\S+ is not found|model_not_found"
-    r"|not_found_error|issue with the selected model"
+    r"|not_found_error[^\n]{0,60}\bmodel\b|issue with the selected model"
 )
-_SETUP_HINTS = ("trusted", "auth method", "gemini_api_key", "model", "not_found")
+_SETUP_HINTS = ("trusted", "auth method", "gemini_api_key", "model")
 
 
 def looks_like_setup_error(text: str) -> bool:

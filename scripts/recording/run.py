@@ -144,6 +144,7 @@ def run_case(
         "tree_after": tree,
     }
     (out_dir / f"{case.name}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
     return meta
 
 

@@ -192,3 +192,21 @@ def test_after_a_clean_exit_the_text_fallback_reports_nothing() -> None:
     name = FIXTURES / "claude_session_limit.log"
     assert parse_transcript("text", name, now=NOW, exit_cause="clean") == Findings()
     assert parse_transcript("text", name, now=NOW, exit_cause="error").transient is not None
+
+
+def test_a_cli_saying_the_model_does_not_exist_is_a_setup_error() -> None:
+    line = "ERROR: The model `gpt-9` does not exist or you do not have access to it."
+    found = scan_lines([line], now=NOW)
+    assert (found.transient, found.auth_error, found.setup_error) == (None, None, line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- the model class does not exist yet, so the migration creates it",
+        "Error: not_found_error: file not found",
+        "Error: the folder is not trusted by the linter",
+    ],
+)
+def test_prose_about_models_or_trust_is_not_a_setup_error(line: str) -> None:
+    assert scan_lines([line], now=NOW).setup_error is None

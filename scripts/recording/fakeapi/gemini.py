@@ -149,11 +149,7 @@ def _instance(schema: dict[str, Any]) -> Any:
             for name in schema.get("required") or properties
         }
     if kind in {"integer", "number"}:
-        return (
-            max(int(schema.get("minimum", 10)), 10)
-            if "maximum" not in schema
-            else int(schema.get("minimum", 1))
-        )
+        return max(schema.get("minimum", 1), min(10, schema.get("maximum", 10)))
     if kind == "boolean":
         return False
     if kind == "array":
