@@ -112,3 +112,20 @@ def test_json_errors_count_after_a_clean_exit_and_plain_text_does_not() -> None:
     plain = FIXTURES / "plain_text_limit.log"
     assert parse_transcript("codex", plain, now=NOW, exit_cause="clean") == Findings()
     assert parse_transcript("codex", plain, now=NOW).transient is not None
+
+
+def test_quota_exceeded_message_is_an_account_limit() -> None:
+    # codex 0.171 printed this for insufficient_quota in one recording run and only
+    # "exceeded retry limit, last status: 429" in another (real/codex-0.171.0/quota.log).
+    message = "Quota exceeded. Check your plan and billing details."
+    lines = [
+        {"type": "turn.started"},
+        {"type": "error", "message": message},
+        {"type": "turn.failed", "error": {"message": message}},
+    ]
+    found = parse("".join(json.dumps(line) + "\n" for line in lines).encode(), now=NOW)
+    assert found.transient is not None
+    assert (found.transient.classification, found.transient.reset_at) == (
+        "rate_limit_account",
+        None,
+    )
