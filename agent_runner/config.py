@@ -66,6 +66,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "stalled_rounds": Key("int", 10, 1, 10_000),
         "stall_window_s": Key("number", 30, 1, DAY_S),
         "auth_failed_rounds": Key("int", 2, 1, 10_000),
+        "internal_error_restarts": Key("int", 3, 1, 10_000),
     },
     "backoff": {
         "estimated_base_s": Key("number", 60, 1, DAY_S),
@@ -125,6 +126,7 @@ class BreakersConfig:
     stalled_rounds: int
     stall_window_s: float
     auth_failed_rounds: int
+    internal_error_restarts: int
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("stalled_no_progress", "count reason", "gave up: fast clean rounds that changed nothing"),
     ("auth_failed", "count reason", "gave up: authentication keeps failing"),
     ("setup_failed", "count reason", "gave up: the CLI keeps refusing to start in this setup"),
+    (
+        "internal_error_loop",
+        "count reason",
+        "gave up: serve died of an internal error this many starts in a row",
+    ),
     ("dirty_detected", "round files count", "the tree has uncommitted work after a round"),
     ("orphan_stashed", "round ref", "the work was stashed; ref is the stash commit SHA"),
     ("orphan_idempotent_skip", "round ref", "identical work was stashed moments ago"),
@@ -150,11 +155,25 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def encodable(text: str) -> str:
+    """`text` as valid UTF-8: undecodable bytes (surrogate escapes) shown as `\\xNN`."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return redact(encodable(value))
     if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
+        return {
+            encodable(k) if isinstance(k, str) else k: _redact_value(v) for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_redact_value(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
@@ -214,7 +233,8 @@ class EventLog:
 
     def msg(self, line: str) -> None:
         """structlog's sink: write one rendered line."""
-        data = (line + "\n").encode("utf-8")
+        # The processors made every string valid UTF-8; this is only the last line of defence.
+        data = (line + "\n").encode("utf-8", "backslashreplace")
         try:
             fd = self._open(line[len('{"ts":"') :][:7])  # "YYYY-MM" of the UTC timestamp
             os.write(fd, data)
@@ -290,7 +310,12 @@ def _redact_processor(_logger: Any, _method: str, event_dict: EventDict) -> Even
 
 
 def _render(_logger: Any, _method: str, event_dict: EventDict) -> str:
-    return json.dumps(event_dict, separators=(",", ":"), ensure_ascii=False, default=str)
+    return json.dumps(event_dict, separators=(",", ":"), ensure_ascii=False, default=_as_text)
+
+
+def _as_text(value: object) -> str:
+    # A Path or an exception passed as a field: its text may hold undecodable bytes too.
+    return redact(encodable(str(value)))
 
 
 def parse_line(line: bytes) -> dict[str, Any] | None:

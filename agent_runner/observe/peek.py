@@ -41,7 +41,7 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
         "supervisor": {
             "running": running,
             "pid": holder.pid if holder else None,
-            "phase": supervisor.get("phase") if running else "stopped",
+            "phase": supervisor.get("phase") if running else _ended_phase(supervisor),
             "uptime_s": round(now - started, 1)
             if running and isinstance(started, int | float)
             else None,
@@ -78,6 +78,11 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
     }
 
 
+def _ended_phase(supervisor: dict[str, Any]) -> str:
+    # A serve that died of an internal error says so; any other ended serve is "stopped".
+    return "crashed" if supervisor.get("phase") == "crashed" else "stopped"
+
+
 def select_path(snap: dict[str, Any], path: str) -> Any:
     """The value at a dotted path such as `backoff.until`."""
     value: Any = snap
@@ -100,7 +105,8 @@ def render_peek(snap: dict[str, Any]) -> str:
             f"supervisor  running (pid {sup['pid']}, up {sup['uptime_s']}s, {sup['phase']})"
         )
     else:
-        lines.append("supervisor  not running")
+        ended = " (its last run crashed)" if sup["phase"] == "crashed" else ""
+        lines.append(f"supervisor  not running{ended}")
     if snap["round"]:
         lines.append(
             f"round       {snap['round']['number']} running for {snap['round'].get('elapsed_s')}s"

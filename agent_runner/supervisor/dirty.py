@@ -15,6 +15,7 @@ from typing import Any
 
 from agent_runner import vcs
 from agent_runner.errors import GitError
+from agent_runner.events import encodable
 from agent_runner.plugins import DirtyIntent
 from agent_runner.plugins.builtin import dirty as builtin_dirty
 
@@ -119,7 +120,7 @@ def secure_tree(
 
 def display_path(path: str) -> str:
     """A file name as text for events: undecodable bytes shown as backslash escapes."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return encodable(path)
 
 
 def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit) -> _Tree:

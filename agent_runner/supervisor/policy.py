@@ -49,6 +49,7 @@ class LoopState:
     stall_streak: int = 0
     auth_streak: int = 0
     setup_streak: int = 0
+    internal_errors: int = 0  # serve runs in a row that ended in an internal error
     transient_streaks: Mapping[str, int] = field(default_factory=dict)
     backoff_until: float | None = None
     backoff_class: str | None = None
@@ -63,9 +64,16 @@ class Decision:
     delay_s: float = 0.0  # restart delay before the next round (continue)
     until: float | None = None  # back-off end, epoch seconds (backoff)
     source: Literal["server", "estimated"] | None = None
-    breaker: Literal["crash_loop", "stalled_no_progress", "auth_failed", "setup_failed"] | None = (
-        None
-    )
+    breaker: (
+        Literal[
+            "crash_loop",
+            "stalled_no_progress",
+            "auth_failed",
+            "setup_failed",
+            "internal_error_loop",
+        ]
+        | None
+    ) = None
     count: int = 0
     recovered: str | None = None  # a back-off class this round recovered from
 
@@ -101,6 +109,8 @@ def decide(
     state: LoopState, outcome: Outcome, limits: Limits, *, now: float, jitter: float = 0.0
 ) -> tuple[LoopState, Decision]:
     """The state after `outcome` and what to do next; `jitter` is a random number in [0, 1)."""
+    # A round that reached its decision is the proof that serve itself works again.
+    state = replace(state, internal_errors=0)
     b = limits.breakers
     auth_streak = state.auth_streak + 1 if outcome.auth_error else 0
     if outcome.auth_error and auth_streak >= b.auth_failed_rounds:
@@ -153,3 +163,16 @@ def decide(
     if stall_streak >= b.stalled_rounds:
         return new, Decision("give_up", breaker="stalled_no_progress", count=stall_streak)
     return new, Decision("continue", delay_s=restart_delay(failures, limits), recovered=recovered)
+
+
+def after_internal_error(state: LoopState, limits: Limits) -> tuple[LoopState, Decision]:
+    """serve is dying of its own bug: count it, and give up once restarts keep hitting it.
+
+    The count survives the restart (state.json, phase `crashed`) and resets only when a round
+    gets as far as its decision, so a bug that strikes every round ends in exit 69.
+    """
+    count = state.internal_errors + 1
+    new = replace(state, internal_errors=count)
+    if count >= limits.breakers.internal_error_restarts:
+        return new, Decision("give_up", breaker="internal_error_loop", count=count)
+    return new, Decision("continue")

@@ -14,13 +14,20 @@ from typing import Any
 from agent_runner import __version__, vcs
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config, read_prompt
-from agent_runner.errors import ConfigError, ExitCode, GitError
+from agent_runner.errors import AgentRunnerError, ConfigError, ExitCode, GitError
 from agent_runner.events import EventLog, format_event
 from agent_runner.plugins.admission import Admission
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
-from agent_runner.supervisor.policy import Decision, Limits, LoopState, Outcome, decide
+from agent_runner.supervisor.policy import (
+    Decision,
+    Limits,
+    LoopState,
+    Outcome,
+    after_internal_error,
+    decide,
+)
 from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
@@ -85,15 +92,32 @@ class Serve:
         """The loop; an unexpected error still ends with serve_stop and the reason."""
         try:
             return self._run()
-        except BaseException as exc:
-            reason = f"internal error: {type(exc).__name__}: {exc}"
-            self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
-            self._save("stopped", reason=reason)
-            raise
+        except AgentRunnerError as exc:
+            if exc.exit_code != ExitCode.FAILURE:
+                # A refusal with its own exit code (config, lock): reported, not a bug.
+                self.events.emit("serve_stop", reason=str(exc), rounds=self.rounds_run)
+                self._save("stopped", reason=str(exc))
+                raise
+            return self._crashed(exc)
+        except Exception as exc:
+            return self._crashed(exc)
+
+    def _crashed(self, exc: Exception) -> ExitCode:
+        """An internal error: recorded as phase `crashed`; exit 69 once it keeps happening."""
+        reason = f"internal error: {type(exc).__name__}: {exc}"
+        self.loop, decision = after_internal_error(self.loop, self._limits())
+        if decision.breaker is not None:
+            self.events.emit(decision.breaker, count=decision.count, reason=reason[:300])
+            return self._finish(f"gave up: {decision.breaker}", ExitCode.GAVE_UP)
+        self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
+        # Not `stopped`: the next start must keep the counters, or each restart of a crashing
+        # serve would look deliberate and no breaker could ever trip.
+        self._save("crashed", reason=reason)
+        raise exc
 
     def _run(self) -> ExitCode:
         emit = self.events.emit
-        become_subreaper()
+        # The previous serve's counters come first: even a crash from here on must keep them.
         previous = read_state(self.config.runtime.log_dir)
         number = previous.get("last_round_number", 0)
         self.last_round = number if type(number) is int and number >= 0 else 0
@@ -102,8 +126,21 @@ class Serve:
             clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
             latest=self.clock.now() + self.config.backoff.max_wait_s,
         )
+        self._state = {
+            "supervisor": {
+                "pid": os.getpid(),
+                "start_ticks": process_start_ticks(os.getpid()),
+                "started_at": self.clock.now(),
+                "version": __version__,
+            },
+            "last_round": previous.get("last_round"),
+            "sandbox": None,
+            "plugins": [],
+        }
+        become_subreaper()
         reap_previous_agent(previous, emit)
-        sandbox, self.plugins = admit_plugins(self.config, emit)
+        self._state["sandbox"], self.plugins = admit_plugins(self.config, emit)
+        self._state["plugins"] = self.plugins.state()
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
         try:
@@ -113,17 +150,6 @@ class Serve:
             # Not a repository we may act on (none, or redirected): secure_tree says which.
             self.head, self.in_git = None, vcs.is_work_tree(work_dir)
         watcher = ConfigWatcher(self.config, emit)
-        self._state = {
-            "supervisor": {
-                "pid": os.getpid(),
-                "start_ticks": process_start_ticks(os.getpid()),
-                "started_at": self.clock.now(),
-                "version": __version__,
-            },
-            "last_round": previous.get("last_round"),
-            "sandbox": sandbox,
-            "plugins": self.plugins.state(),
-        }
         emit(
             "serve_start",
             pid=os.getpid(),
@@ -246,16 +272,10 @@ class Serve:
             setup_error=findings.setup_error is not None,
             reason=findings.auth_error or findings.setup_error or result.exit.cause,
         )
-        limits = Limits(
-            restart_delay_s=self.config.runtime.restart_delay_s,
-            max_restart_delay_s=self.config.runtime.max_restart_delay_s,
-            breakers=self.config.breakers,
-            backoff=self.config.backoff,
-        )
         self.loop, decision = decide(
             self.loop,
             outcome,
-            limits,
+            self._limits(),
             now=self.clock.now(),
             jitter=random.random(),  # noqa: S311 -- spreading retries, not secrecy
         )
@@ -265,6 +285,14 @@ class Serve:
             )
         self._save("between_rounds")
         return decision
+
+    def _limits(self) -> Limits:
+        return Limits(
+            restart_delay_s=self.config.runtime.restart_delay_s,
+            max_restart_delay_s=self.config.runtime.max_restart_delay_s,
+            breakers=self.config.breakers,
+            backoff=self.config.backoff,
+        )
 
     def _give_up(self, decision: Decision, result: RoundResult) -> ExitCode:
         assert decision.breaker is not None
@@ -325,6 +353,8 @@ class Serve:
             self.notifier.status(f"round {self.last_round} running {minutes}m")
 
     def _save(self, phase: str, **extra: Any) -> None:
+        if not self._state:
+            return  # nothing is known yet that a state file could hold
         self._state["supervisor"]["phase"] = phase
         self._state["supervisor"]["updated_at"] = self.clock.now()
         self._state["round"] = extra.pop("round", None) if phase == "running" else None

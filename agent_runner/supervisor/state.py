@@ -61,7 +61,14 @@ def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
         return LoopState()
     counters = {
         k: raw.get(k, 0)
-        for k in ("failures", "crash_streak", "stall_streak", "auth_streak", "setup_streak")
+        for k in (
+            "failures",
+            "crash_streak",
+            "stall_streak",
+            "auth_streak",
+            "setup_streak",
+            "internal_errors",
+        )
     }
     streaks = raw.get("transient_streaks") or {}
     until, klass, source = (

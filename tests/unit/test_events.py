@@ -277,3 +277,24 @@ def test_a_console_that_goes_away_does_not_stop_the_log(tmp_path: Path) -> None:
 )
 def test_secret_flag_values_are_redacted_from_argv(argv: list[str], expected: list[str]) -> None:
     assert redact_argv(argv) == expected
+
+
+def test_undecodable_bytes_anywhere_in_an_event_are_written_as_escapes(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    surrogate = os.fsdecode(b"filter=\xff\xfe")  # what git output decoded with fsdecode holds
+    echoed: list[str] = []
+    log.echo = echoed.append
+    log.emit("dirty_action_failed", round=1, action="stash", reason=surrogate)
+    log.emit("dirty_detected", round=1, files=[surrogate, "\ud800lone"], count=2)
+    log.emit("serve_start", pid=1, version="x", work_dir=Path(surrogate), log_dir={surrogate: 1})
+    raw = (log.log_dir / "events-2026-11.jsonl").read_bytes()
+    lines = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+    assert lines[0]["reason"] == "filter=\\xff\\xfe"
+    assert lines[1]["files"] == ["filter=\\xff\\xfe", "\\ud800lone"]
+    assert lines[2]["work_dir"] == "filter=\\xff\\xfe"
+    assert lines[2]["log_dir"] == {"filter=\\xff\\xfe": 1}
+    assert [json.loads(line)["event"] for line in echoed] == [
+        "dirty_action_failed",
+        "dirty_detected",
+        "serve_start",
+    ]

@@ -14,6 +14,7 @@ from agent_runner.supervisor.policy import (
     Limits,
     LoopState,
     Outcome,
+    after_internal_error,
     decide,
     restart_delay,
 )
@@ -27,6 +28,7 @@ LIMITS = Limits(
         stalled_rounds=10,
         stall_window_s=30,
         auth_failed_rounds=2,
+        internal_error_restarts=3,
     ),
     backoff=BackoffConfig(estimated_base_s=60, estimated_max_s=1800, max_wait_s=691_200),
 )
@@ -209,3 +211,25 @@ def test_any_history_keeps_waits_within_bounds(history: list[Outcome]) -> None:
         if decision.until is not None:
             # Every back-off waits: a transient never turns into an immediate retry.
             assert NOW < decision.until <= NOW + LIMITS.backoff.max_wait_s
+
+
+def test_internal_errors_in_a_row_give_up_at_the_limit() -> None:
+    state = LoopState(crash_streak=2)
+    decisions = []
+    for _ in range(3):
+        state, decision = after_internal_error(state, LIMITS)
+        decisions.append(decision)
+    assert decisions == [
+        Decision("continue"),
+        Decision("continue"),
+        Decision("give_up", breaker="internal_error_loop", count=3),
+    ]
+    assert state.crash_streak == 2, "a crash of serve is not a round: the other counters stay"
+
+
+def test_a_round_that_reaches_its_decision_resets_the_internal_error_count() -> None:
+    state, _ = after_internal_error(LoopState(), LIMITS)
+    state, _ = after_internal_error(state, LIMITS)
+    for outcome in (CLEAN, FAST_ERROR, Outcome("error", 1, False, transient="api_timeout")):
+        after, _ = decide(state, outcome, LIMITS, now=NOW)
+        assert after.internal_errors == 0, outcome

@@ -17,6 +17,7 @@ SAVED: dict[str, Any] = {
     "crash_streak": 2,
     "stall_streak": 1,
     "auth_streak": 1,
+    "internal_errors": 2,
     "transient_streaks": {"rate_limit_account": 3},
     "backoff_until": NOW + 600,
     "backoff_class": "rate_limit_account",
