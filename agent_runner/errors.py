@@ -44,6 +44,16 @@ class GitError(AgentRunnerError):
     """A git command failed or timed out; the work tree was left as it was."""
 
 
+class WorkTreeChanged(GitError):
+    """work_dir, or the repository in it, is no longer the one serve started with.
+
+    Whatever git would do now it would do to something else, so serve stops and does not
+    restart into it.
+    """
+
+    exit_code = ExitCode.GAVE_UP
+
+
 class EventLogError(AgentRunnerError):
     """The event log cannot be written safely (symlink, read-only directory).
 

@@ -91,6 +91,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("dirty_auto_committed", "round ref files", "the work was committed"),
     ("dirty_ignored", "round reason", "the work was left in the tree"),
     ("dirty_action_failed", "round action reason", "securing the work failed; it stays on disk"),
+    (
+        "work_tree_changed",
+        "round path reason",
+        "work_dir or its repository is not the one serve started with; nothing touched, stop",
+    ),
     ("dirty_intent_rejected", "round reason", "a handler's intent was invalid; builtin used"),
     ("dirty_protected_file", "round path", "the supervisor's own config is modified; left alone"),
     ("git_index_lock_cleared", "round path", "a stale index.lock no git process held was removed"),

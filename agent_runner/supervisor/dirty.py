@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner import vcs
-from agent_runner.errors import GitError
+from agent_runner.errors import GitError, WorkTreeChanged
 from agent_runner.events import encodable
 from agent_runner.plugins import DirtyIntent
 from agent_runner.plugins.builtin import dirty as builtin_dirty
@@ -82,14 +82,19 @@ def secure_tree(
     decide: Decide | None = None,
     protected: Sequence[str] = ("agent-runner.toml",),
     settings: Mapping[str, Any] | None = None,
+    pinned: vcs.TreeIdentity | None = None,
 ) -> TreeReport:
     """Detect work left by round `round_no` and stash, commit or leave it; never raises GitError.
 
     `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
+    With `pinned`, a tree that is not the one pinned at boot is left alone: action
+    `work_tree_changed`, and the caller must stop.
     """
     try:
         # The state dir holds the idempotency record: never the agent's work.
-        tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit)
+        tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit, pinned)
+    except WorkTreeChanged as exc:
+        return _left_alone(work_dir, round_no, head_before, exc, emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=dirty_action, reason=str(exc))
         # Not inspected is not clean: the round's work may be there, so it must not look stalled.
@@ -113,9 +118,18 @@ def secure_tree(
     job = _Job(tree, round_no, head_before, idempotency_s, state_dir, now, emit)
     try:
         return job.execute(intent)
+    except WorkTreeChanged as exc:
+        return _left_alone(work_dir, round_no, head_before, exc, emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=intent.action, reason=str(exc))
         return TreeReport(head_before, _head_or(tree), True, True, "failed")
+
+
+def _left_alone(
+    work_dir: Path, round_no: int, head_before: str | None, exc: WorkTreeChanged, emit: Emit
+) -> TreeReport:
+    emit("work_tree_changed", round=round_no, path=str(work_dir), reason=str(exc))
+    return TreeReport(head_before, head_before, True, True, "work_tree_changed")
 
 
 def display_path(path: str) -> str:
@@ -123,8 +137,14 @@ def display_path(path: str) -> str:
     return encodable(path)
 
 
-def _inspect(work_dir: Path, round_no: int, protected: Sequence[str], emit: Emit) -> _Tree:
-    repo = vcs.open_repo(work_dir)
+def _inspect(
+    work_dir: Path,
+    round_no: int,
+    protected: Sequence[str],
+    emit: Emit,
+    pinned: vcs.TreeIdentity | None,
+) -> _Tree:
+    repo = vcs.open_repo(work_dir, pinned=pinned)
     _clear_stale_index_lock(repo, round_no, emit)
     rel = _relative_to_top(work_dir, repo.top, protected)
     files = []
@@ -336,6 +356,8 @@ class _Job:
             still = sorted(set(left) & set(secured))
             if still:
                 raise GitError(f"{action} {sha} made but {display_path(still[0])} is still dirty")
+        except WorkTreeChanged:
+            raise
         except GitError as exc:
             self.emit("dirty_action_failed", round=self.round_no, action=action, reason=str(exc))
             return TreeReport(self.head_before, _head_or(tree), True, True, "failed", sha)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from agent_runner import vcs
 from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.events import Emit, redact_argv
@@ -63,6 +64,7 @@ class RoundRunner:
     clock: Clock
     on_spawn: Callable[[int, AgentProcess], None]
     in_git: bool = True
+    pinned: vcs.TreeIdentity | None = None
     tick: Callable[[], None] = lambda: None
     tick_s: float = STOP_FILE_CHECK_S
     keep_pids: Callable[[], Collection[int]] = tuple
@@ -175,6 +177,7 @@ class RoundRunner:
                 str(self.config.runtime.log_dir),
                 *(str(path) for path in self.config.prompt.files),
             ),
+            pinned=self.pinned,
         )
 
 

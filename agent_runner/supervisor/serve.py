@@ -83,6 +83,7 @@ class Serve:
     in_git: bool = False
     head: str | None = None
     plugins: Admission = field(default_factory=Admission)
+    pinned: vcs.TreeIdentity | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
@@ -101,6 +102,9 @@ class Serve:
             return self._crashed(exc)
         except Exception as exc:
             return self._crashed(exc)
+        finally:
+            if self.pinned is not None:
+                self.pinned.close()
 
     def _crashed(self, exc: Exception) -> ExitCode:
         """An internal error: recorded as phase `crashed`; exit 69 once it keeps happening."""
@@ -143,12 +147,15 @@ class Serve:
         self._state["plugins"] = self.plugins.state()
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
+        repo = None
         try:
-            self.head = vcs.open_repo(work_dir).head
-            self.in_git = True
+            repo = vcs.open_repo(work_dir)
+            self.head, self.in_git = repo.head, True
         except GitError:
             # Not a repository we may act on (none, or redirected): secure_tree says which.
             self.head, self.in_git = None, vcs.is_work_tree(work_dir)
+        # From here on every round and every git action proves it is still this tree.
+        self.pinned = vcs.pin_tree(work_dir, repo)
         watcher = ConfigWatcher(self.config, emit)
         emit(
             "serve_start",
@@ -166,10 +173,17 @@ class Serve:
             reason = self._gates()
             if reason is not None:
                 return self._finish(reason, ExitCode.OK)
+            changed = self.pinned.problem()
+            if changed is not None:
+                # Spawning now would start the agent in whatever work_dir has become.
+                emit("work_tree_changed", round=self.last_round, path=str(work_dir), reason=changed)
+                return self._finish("gave up: work_tree_changed", ExitCode.GAVE_UP)
             prompt = self._prompt(watcher)
             if prompt is None:
                 continue
             result = self._round(prompt)
+            if result.tree is not None and result.tree.action == "work_tree_changed":
+                return self._finish("gave up: work_tree_changed", ExitCode.GAVE_UP)
             decision = self._decide(result)
             if decision.action == "give_up":
                 return self._give_up(decision, result)
@@ -237,6 +251,7 @@ class Serve:
             self.clock,
             on_spawn=self._on_spawn,
             in_git=self.in_git,
+            pinned=self.pinned,
             tick=self._round_tick,
             tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
         )

@@ -4,7 +4,8 @@
 on, `work` reads and secures the work in it. Callers use the names re-exported here.
 """
 
-from agent_runner.vcs.repo import Repo, head_sha, is_work_tree, open_repo, resolve
+from agent_runner.vcs.identity import TreeIdentity
+from agent_runner.vcs.repo import Repo, head_sha, is_work_tree, open_repo, pin_tree, resolve
 from agent_runner.vcs.run import (
     GIT_TIMEOUT_S,
     HARDENED_ENV,
@@ -41,6 +42,7 @@ __all__ = [
     "Repo",
     "StatusEntry",
     "TreeEntry",
+    "TreeIdentity",
     "all_but",
     "commit",
     "filter_overrides",
@@ -51,6 +53,7 @@ __all__ = [
     "literal_pathspecs",
     "open_repo",
     "operation_in_progress",
+    "pin_tree",
     "resolve",
     "run_git",
     "snapshot_tree",

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_runner.errors import GitError
+from agent_runner.errors import GitError, WorkTreeChanged
+from agent_runner.vcs.identity import TreeIdentity
 from agent_runner.vcs.run import (
     _MAX_ERROR_CHARS,
     GIT_TIMEOUT_S,
@@ -27,21 +28,30 @@ _FALSE_VALUES = frozenset({"false", "no", "off", "0", ""})
 
 @dataclass(frozen=True)
 class Repo:
-    """A work tree opened once: its top, its git directory, HEAD and the filter overrides."""
+    """A work tree opened once: its top, its git directories, HEAD and the filter overrides.
+
+    With `pinned`, every git call first proves the folders are still the ones pinned at boot.
+    """
 
     top: Path
     git_dir: Path
+    common_dir: Path
     head: str | None
     overrides: tuple[tuple[str, str], ...]
+    pinned: TreeIdentity | None = None
 
     def git(
         self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
     ) -> bytes:
         """`run_git` at the top of this work tree, reusing its filter overrides."""
+        if self.pinned is not None:
+            self.pinned.verify()
         return run_git(self.top, *args, env=self._env(env), input=input, overrides=self.overrides)
 
     def resolve(self, rev: str) -> str | None:
         """The object id `rev` names in this repository, or None when it names nothing."""
+        if self.pinned is not None:
+            self.pinned.verify()
         args = ["rev-parse", "-q", "--verify", "--end-of-options", rev]
         result = _run(self.top, args, env=self._env(None), overrides=self.overrides)
         return result.stdout.decode("ascii").strip() if result.returncode == 0 else None
@@ -51,8 +61,13 @@ class Repo:
         return {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.top), **(extra or {})}
 
 
-def open_repo(work_dir: Path) -> Repo:
-    """Open the repository under `work_dir`; GitError if none, or if git would act elsewhere."""
+def open_repo(work_dir: Path, *, pinned: TreeIdentity | None = None) -> Repo:
+    """Open the repository under `work_dir`; GitError if none, or if git would act elsewhere.
+
+    With `pinned` (captured at boot), WorkTreeChanged unless it is the same repository.
+    """
+    if pinned is not None:
+        pinned.verify()  # before git runs at all: work_dir may now be someone else's project
     if not work_dir.is_dir():
         raise GitError(f"{work_dir} is not a directory")
     args = [
@@ -86,7 +101,21 @@ def open_repo(work_dir: Path) -> Repo:
     if problem is not None:
         raise GitError(problem[:_MAX_ERROR_CHARS])
     head = lines[3].decode("ascii") if result.returncode == 0 else None
-    return Repo(top, git_dir, head or None, tuple(_overrides_for(entries)))
+    if pinned is not None and pinned.has_repository:
+        moved = pinned.moved(top, git_dir, common)
+        if moved is not None:
+            raise WorkTreeChanged(moved)
+        pinned.verify()
+    return Repo(top, git_dir, common, head or None, tuple(_overrides_for(entries)), pinned)
+
+
+def pin_tree(work_dir: Path, repo: Repo | None) -> TreeIdentity:
+    """work_dir's identity, and its repository's when `repo` was opened from it."""
+    if repo is None:
+        return TreeIdentity.capture(work_dir)
+    return TreeIdentity.capture(
+        work_dir, top=repo.top, git_dir=repo.git_dir, common_dir=repo.common_dir
+    )
 
 
 def _layout_settings(entries: Iterable[tuple[str, str | None]]) -> tuple[str | None, str | None]:
