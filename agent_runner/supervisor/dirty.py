@@ -61,7 +61,8 @@ class _Tree:
     repo: vcs.Repo
     protected: tuple[str, ...]
     files: tuple[str, ...]
-    excluded: tuple[str, ...]  # the protected paths git would otherwise take: dirty ones only
+    # Never taken by a stash or commit: dirty protected paths, submodules, embedded repositories.
+    excluded: tuple[str, ...]
 
     @property
     def head(self) -> str | None:
@@ -158,6 +159,9 @@ def _inspect(
             excluded.update(p for p in rel if _is_protected(entry.path, (p,)))
         else:
             files.append(entry.path)
+            if entry.path.endswith("/"):
+                # An embedded repository: git would store a pointer, never its files.
+                excluded.add(entry.path)
     if files:
         # add and stash would look inside a submodule, running its own config's filters.
         excluded.update(vcs.submodule_paths(repo))
@@ -283,30 +287,35 @@ class _Job:
             raise GitError(
                 "the repository has no commits yet, so git cannot stash; work left on disk"
             )
-        pathspecs = vcs.all_but(tree.excluded)
-        snapshot = vcs.snapshot_tree(tree.repo, pathspecs)
-        previous = self.recent_identical_stash(snapshot)
-        if previous is not None:
-            self.emit("orphan_idempotent_skip", round=self.round_no, ref=previous)
-            return TreeReport(
-                self.head_before, tree.head, True, True, "skipped_idempotent", previous
+        excluded = tree.excluded
+        with vcs.snapshot(tree.repo, vcs.all_but(excluded), as_in_head=excluded) as snap:
+            previous = self.recent_identical_stash(snap.tree)
+            if previous is not None:
+                self.emit("orphan_idempotent_skip", round=self.round_no, ref=previous)
+                return TreeReport(
+                    self.head_before, tree.head, True, True, "skipped_idempotent", previous
+                )
+            sha = vcs.stash_commit(tree.repo, snap, intent.message)
+            # Proven against the disk before anything is stored or cleaned: a stash that
+            # does not hold the work must not cost the work.
+            held = vcs.tree_entries(tree.repo, f"{sha}^{{tree}}")
+            taken = [f for f in tree.files if f not in excluded]
+            missing = vcs.first_not_held(tree.repo, held, taken)
+            if missing is not None:
+                raise GitError(
+                    f"stash commit {sha} does not hold {display_path(missing)} as it is on disk;"
+                    " nothing stored or cleaned, work left on disk"
+                )
+            vcs.store_stash(tree.repo, sha, intent.message)
+            self.emit("orphan_stashed", round=self.round_no, ref=sha)
+            # Recorded now: if cleaning fails, the next round does not stash the same work again.
+            _save_last_stash(self.state_dir, {"tree": snap.tree, "ref": sha, "at": self.now})
+            return self.verified(
+                "stash",
+                sha,
+                tree.files,
+                lambda: vcs.clean_to_head(tree.repo, snap, held, excluded),
             )
-        sha = vcs.stash_push(tree.repo, intent.message, pathspecs)
-        if sha is None:
-            raise GitError("git stash saved nothing; work left on disk")
-        # The stash exists from here on: its SHA is reported even if a check below fails.
-        self.emit("orphan_stashed", round=self.round_no, ref=sha)
-
-        def check() -> None:
-            stashed = dict(vcs.tree_entries(tree.repo, f"{sha}^{{tree}}"))
-            if tree.repo.resolve(f"{sha}^3") is not None:  # the untracked-files parent
-                stashed.update(vcs.tree_entries(tree.repo, f"{sha}^3"))
-            self.verify_holds(snapshot, stashed, tree.files, f"stash {sha}")
-
-        report = self.verified("stash", sha, tree.files, check)
-        if report.action == "stash":
-            _save_last_stash(self.state_dir, {"tree": snapshot, "ref": sha, "at": self.now})
-        return report
 
     def recent_identical_stash(self, snapshot: str) -> str | None:
         last = _load_last_stash(self.state_dir)
@@ -345,12 +354,13 @@ class _Job:
                 raise GitError(f"{what} does not hold {display_path(path)} as it was on disk")
 
     def verified(
-        self, action: str, sha: str, secured: Sequence[str], check: Callable[[], None]
+        self, action: str, sha: str, secured: Sequence[str], then: Callable[[], None]
     ) -> TreeReport:
-        """Run `check` on what `action` made, then make sure `secured` left the tree."""
+        """Run `then` (a check, or the cleaning) once `action` made `sha`; then make sure
+        `secured` left the tree."""
         tree = self.tree
         try:
-            check()
+            then()
             left = [e.path for e in vcs.status(tree.repo)]
             left = [p for p in left if not _is_protected(p, tree.protected)]
             still = sorted(set(left) & set(secured))

@@ -134,7 +134,7 @@ def test_stash_includes_untracked_files_and_leaves_the_tree_clean(tmp_path: Path
         .endswith("agent-runner round 7 (timeout)")
     )
     assert git(repo, "show", f"{sha}:tracked.txt") == "v2\n"
-    assert git(repo, "show", f"{sha}^3:new.txt") == "brand new\n"
+    assert git(repo, "show", f"{sha}:new.txt") == "brand new\n", "untracked files are in its tree"
     assert porcelain(repo) == ""
 
 
@@ -387,7 +387,7 @@ def test_odd_file_names_are_secured(tmp_path: Path, action: str) -> None:
         "-r",
         "-z",
         "--name-only",
-        f"{report.ref}^3" if action == "stash" else "HEAD",
+        report.ref if action == "stash" else "HEAD",
     )
     assert {os.fsencode(n) for n in tree.split("\0") if n} >= set(names)
 
@@ -455,7 +455,7 @@ def test_protected_log_dir_and_subdirectory_work_dir(tmp_path: Path) -> None:
     assert (work / "logs" / "events.jsonl").exists()
     assert (work / "agent-runner.toml").exists()
     assert not (work / "code.py").exists()
-    assert git(repo, "show", f"{report.ref}^3:project/code.py") == "x = 1\n"
+    assert git(repo, "show", f"{report.ref}:project/code.py") == "x = 1\n"
 
 
 def test_not_a_work_tree_fails_without_raising(tmp_path: Path) -> None:
@@ -577,11 +577,15 @@ def test_the_supervisor_never_asks_git_to_destroy_work(
         secure(repo, RecordedEvents(), round_no=round_no, exit_cause=cause, dirty_action="commit")
 
     invoked = calls.read_text().splitlines()
-    assert any(" stash push " in f" {line} " for line in invoked)
     assert any(" commit " in f" {line} " for line in invoked)
-    forbidden = ("reset", "clean", "checkout", "restore", "stash drop", "stash pop", "stash clear")
+    forbidden = ("clean", "checkout", "restore", "stash", "rm", "--hard", "--keep", "--merge")
     for line in invoked:
         assert not any(f" {word} " in f" {line} " for word in forbidden), line
+    # The only command that changes the work tree runs once the stash holding it is stored.
+    updates = [i for i, line in enumerate(invoked) if " read-tree -m -u " in f" {line} "]
+    stores = [i for i, line in enumerate(invoked) if " refs/stash " in f" {line} "]
+    assert len(updates) == len(stores) == 2, "rounds 1 and 3 stash, round 2 commits"
+    assert all(store < update for store, update in zip(stores, updates, strict=True))
 
 
 def test_a_state_dir_inside_the_work_tree_is_never_stashed(tmp_path: Path) -> None:
@@ -594,7 +598,7 @@ def test_a_state_dir_inside_the_work_tree_is_never_stashed(tmp_path: Path) -> No
     assert (state / "dirty-last-stash.json").exists()
     leave_work(repo)
     assert secure(repo, events, state_dir=state, now=NOW + 1).action == "skipped_idempotent"
-    assert "state" not in git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3")
+    assert "state" not in git(repo, "ls-tree", "-r", "--name-only", report.ref)
 
 
 @pytest.mark.parametrize(("action", "cause"), [("stash", "error"), ("commit", "clean")])
@@ -765,8 +769,8 @@ def test_symlinked_config_and_prompt_are_never_stashed(tmp_path: Path) -> None:
     assert events.of("dirty_detected")[0]["files"] == ["new.txt", "tracked.txt"]
     assert (repo / "agent-runner.toml").is_symlink()
     assert (repo / "prompt.md").is_symlink()
-    stashed = git(repo, "ls-tree", "-r", "--name-only", f"{report.ref}^3").split()
-    assert stashed == ["new.txt"]
+    stashed = git(repo, "ls-tree", "-r", "--name-only", report.ref).split()
+    assert stashed == [".gitignore", "new.txt", "tracked.txt"]
     assert porcelain(repo) == "?? agent-runner.toml\n?? prompt.md\n"
 
 

@@ -160,27 +160,42 @@ def test_snapshot_tree_matches_what_git_add_would_stage(repo: Path, tmp_path: Pa
     assert not list((repo / ".git").glob("agent-runner-snapshot-*"))
 
 
-def test_stash_push_returns_the_sha_and_none_when_nothing_changed(repo: Path) -> None:
-    assert vcs.stash_push(vcs.open_repo(repo), "nothing", ["."]) is None
+def test_a_stash_commit_changes_nothing_until_it_is_stored_and_cleaned(repo: Path) -> None:
+    (repo / "tracked.txt").write_text("v2\n")
     (repo / "new.txt").write_text("n\n")
-    sha = vcs.stash_push(vcs.open_repo(repo), "something", ["."])
-    assert sha == git(repo, "rev-parse", "refs/stash").strip()
-    assert not (repo / "new.txt").exists()
+    opened = vcs.open_repo(repo)
+    before = git(repo, "status", "--porcelain")
+    with vcs.snapshot(opened, ["."]) as snap:
+        sha = vcs.stash_commit(opened, snap, "round 1")
+        assert git(repo, "status", "--porcelain") == before
+        assert git(repo, "stash", "list") == ""
+        held = vcs.tree_entries(opened, f"{sha}^{{tree}}")
+        assert vcs.first_not_held(opened, held, ["new.txt", "tracked.txt"]) is None
+        vcs.store_stash(opened, sha, "round 1")
+        assert git(repo, "stash", "list", "--format=%H %gs") == f"{sha} On main: round 1\n"
+        vcs.clean_to_head(opened, snap, held, [])
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "show", f"{sha}:new.txt") == "n\n"
+    assert git(repo, "show", f"{sha}^2:tracked.txt") == "v1\n", "the index as it was"
 
 
-def test_stash_push_of_the_same_work_in_the_same_second_still_reports_the_sha(
-    repo: Path,
-) -> None:
-    shas = []
-    for _ in range(2):
-        (repo / "new.txt").write_text("n\n")
-        shas.append(vcs.stash_push(vcs.open_repo(repo), "same", ["."]))
-    # Usually one commit (same tree, parents, message and second): both pushes must be seen,
-    # and the work is in a listed stash either way.
-    assert shas[0] is not None
-    assert shas[1] is not None
-    assert shas[1] in git(repo, "stash", "list", "--format=%H").split()
-    assert not (repo / "new.txt").exists()
+def test_first_not_held_compares_the_disk_not_what_git_says(repo: Path) -> None:
+    (repo / "new.txt").write_text("n\n")
+    (repo / "link").symlink_to("tracked.txt")
+    opened = vcs.open_repo(repo)
+    tree = vcs.snapshot_tree(opened, ["."])
+    held = vcs.tree_entries(opened, tree)
+    assert vcs.first_not_held(opened, held, ["link", "new.txt"]) is None
+    (repo / "new.txt").write_text("changed after the snapshot\n")
+    assert vcs.first_not_held(opened, held, ["link", "new.txt"]) == "new.txt"
+    (repo / "new.txt").write_text("n\n")
+    (repo / "new.txt").chmod(0o755)
+    assert vcs.first_not_held(opened, held, ["new.txt"]) == "new.txt", "the mode counts"
+    (repo / "link").unlink()
+    (repo / "link").symlink_to("elsewhere")
+    assert vcs.first_not_held(opened, held, ["link"]) == "link"
+    (repo / "link").unlink()
+    assert vcs.first_not_held(opened, held, ["link"]) == "link", "gone from the disk"
 
 
 def test_literal_pathspecs_match_glob_characters_literally(repo: Path) -> None:
@@ -347,7 +362,7 @@ def test_a_poisoned_config_runs_nothing_through_a_stash_and_commit_cycle(
     assert stashed.action == "stash"
     assert committed.action == "commit"
     assert git(repo, "cat-file", "blob", f"{committed.ref}:tracked.txt") == "round 2\n"
-    assert git(repo, "cat-file", "blob", f"{stashed.ref}^3:new.txt") == "new\n"
+    assert git(repo, "cat-file", "blob", f"{stashed.ref}:new.txt") == "new\n"
 
 
 def test_poisoned_queries_run_nothing(repo: Path, tmp_path: Path) -> None:
@@ -611,7 +626,7 @@ def test_a_linked_worktree_of_a_bare_repository_is_stashed(repo: Path, tmp_path:
     report = stash_after_a_failed_round(linked, tmp_path / "state", events)
     assert events.of("dirty_action_failed") == []
     assert report.action == "stash"
-    assert git(bare, "cat-file", "blob", f"{report.ref}^3:new.txt") == "new\n"
+    assert git(bare, "cat-file", "blob", f"{report.ref}:new.txt") == "new\n"
 
 
 def test_a_forged_linked_worktree_is_refused(repo: Path, tmp_path: Path) -> None:
