@@ -77,6 +77,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "dirty_action": Key("str", "stash", choices=("stash", "commit", "ignore")),
         "dirty_handler": Key("str", "builtin"),
         "stash_idempotency_s": Key("number", 60, 0, DAY_S),
+        "dirty_file_max_bytes": Key("int", 100 * 1024 * 1024, 1, 2**40),
     },
     "plugins": {
         "disable": Key("str_list", []),
@@ -141,6 +142,7 @@ class VcsConfig:
     dirty_action: Literal["stash", "commit", "ignore"]
     dirty_handler: str
     stash_idempotency_s: float
+    dirty_file_max_bytes: int
 
 
 @dataclass(frozen=True)
@@ -413,6 +415,7 @@ class _Parser:
             dirty_action=values["dirty_action"],
             dirty_handler=values["dirty_handler"],
             stash_idempotency_s=float(values["stash_idempotency_s"]),
+            dirty_file_max_bytes=values["dirty_file_max_bytes"],
         )
 
     def plugins(self, values: dict[str, Any]) -> PluginsConfig:

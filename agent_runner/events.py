@@ -96,6 +96,11 @@ REGISTRY: dict[str, Kind] = _kinds(
         "round path reason",
         "work_dir or its repository is not the one serve started with; nothing touched, stop",
     ),
+    (
+        "dirty_file_too_large",
+        "round path bytes",
+        "a dirty file over vcs.dirty_file_max_bytes: left on disk, not stashed or committed",
+    ),
     ("dirty_intent_rejected", "round reason", "a handler's intent was invalid; builtin used"),
     ("dirty_protected_file", "round path", "the supervisor's own config is modified; left alone"),
     ("git_index_lock_cleared", "round path", "a stale index.lock no git process held was removed"),

@@ -23,6 +23,7 @@ EVENT_FILES_MAX = 20
 REASON_FILES_MAX = 3
 MESSAGE_MAX_CHARS = 200
 LAST_STASH_FILE = "dirty-last-stash.json"
+DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
 
 Emit = Callable[..., None]
 Decide = Callable[["DirtyView"], DirtyIntent]
@@ -61,8 +62,10 @@ class _Tree:
     repo: vcs.Repo
     protected: tuple[str, ...]
     files: tuple[str, ...]
-    # Never taken by a stash or commit: dirty protected paths, submodules, embedded repositories.
+    # Never taken by a stash or commit: dirty protected paths, submodules, embedded
+    # repositories, and files over the size limit.
     excluded: tuple[str, ...]
+    oversized: Mapping[str, int]  # dirty files over the size limit, with their sizes
 
     @property
     def head(self) -> str | None:
@@ -84,16 +87,18 @@ def secure_tree(
     protected: Sequence[str] = ("agent-runner.toml",),
     settings: Mapping[str, Any] | None = None,
     pinned: vcs.TreeIdentity | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> TreeReport:
     """Detect work left by round `round_no` and stash, commit or leave it; never raises GitError.
 
     `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
     With `pinned`, a tree that is not the one pinned at boot is left alone: action
-    `work_tree_changed`, and the caller must stop.
+    `work_tree_changed`, and the caller must stop. A file over `max_file_bytes` stays on disk.
     """
     try:
         # The state dir holds the idempotency record: never the agent's work.
-        tree = _inspect(work_dir, round_no, (*protected, str(state_dir.absolute())), emit, pinned)
+        protected = (*protected, str(state_dir.absolute()))
+        tree = _inspect(work_dir, round_no, protected, emit, pinned, max_file_bytes)
     except WorkTreeChanged as exc:
         return _left_alone(work_dir, round_no, head_before, exc, emit)
     except (GitError, OSError) as exc:
@@ -108,6 +113,8 @@ def secure_tree(
         files=[display_path(f) for f in tree.files[:EVENT_FILES_MAX]],
         count=len(tree.files),
     )
+    for path, size in list(tree.oversized.items())[:EVENT_FILES_MAX]:
+        emit("dirty_file_too_large", round=round_no, path=display_path(path), bytes=size)
     builtin_view = DirtyView(
         round_no, tree.files, str(work_dir), exit_cause, {"dirty_action": dirty_action}
     )
@@ -144,6 +151,7 @@ def _inspect(
     protected: Sequence[str],
     emit: Emit,
     pinned: vcs.TreeIdentity | None,
+    max_file_bytes: int,
 ) -> _Tree:
     repo = vcs.open_repo(work_dir, pinned=pinned)
     _clear_stale_index_lock(repo, round_no, emit)
@@ -165,8 +173,14 @@ def _inspect(
     if files:
         # add and stash would look inside a submodule, running its own config's filters.
         excluded.update(vcs.submodule_paths(repo))
+    sizes = vcs.file_sizes(repo, [f for f in files if f not in excluded])
+    oversized = {path: size for path, size in sorted(sizes.items()) if size > max_file_bytes}
+    excluded.update(oversized)
+    # git reads every byte it stores: its time limit grows with what it is given to read.
+    content = sum(size for path, size in sizes.items() if path not in excluded)
+    repo = replace(repo, timeout_s=vcs.timeout_for(content))
     # Excluding an ignored path by name makes `git add` fail; ignored paths need no exclusion.
-    return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)))
+    return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)), oversized)
 
 
 def _clear_stale_index_lock(repo: vcs.Repo, round_no: int, emit: Emit) -> None:
@@ -275,6 +289,9 @@ class _Job:
             self.emit("git_merge_in_progress", round=self.round_no, operation=operation)
             raise GitError(f"a {operation} is in progress; left for the operator")
         _refuse_filtered(tree.repo, intent.paths or tree.files, intent.action)
+        if not [f for f in intent.paths or tree.files if f not in tree.oversized]:
+            # Only files over the size limit: each was reported, and all stay where they are.
+            return TreeReport(self.head_before, tree.head, True, True, "left_on_disk")
         if intent.action == "commit":
             return self.commit(intent)
         return self.stash(intent)
@@ -306,14 +323,19 @@ class _Job:
                     f"stash commit {sha} does not hold {display_path(missing)} as it is on disk;"
                     " nothing stored or cleaned, work left on disk"
                 )
-            vcs.store_stash(tree.repo, sha, intent.message)
+            try:
+                vcs.store_stash(tree.repo, sha, intent.message)
+            except GitError:
+                # A git killed after it wrote the ref still made the stash: it is reported.
+                if tree.repo.resolve("refs/stash") != sha:
+                    raise
             self.emit("orphan_stashed", round=self.round_no, ref=sha)
             # Recorded now: if cleaning fails, the next round does not stash the same work again.
             _save_last_stash(self.state_dir, {"tree": snap.tree, "ref": sha, "at": self.now})
             return self.verified(
                 "stash",
                 sha,
-                tree.files,
+                [f for f in tree.files if f not in tree.oversized],
                 lambda: vcs.clean_to_head(tree.repo, snap, held, excluded),
             )
 
@@ -329,7 +351,7 @@ class _Job:
 
     def commit(self, intent: DirtyIntent) -> TreeReport:
         tree = self.tree
-        paths = intent.paths or tree.files
+        paths = [p for p in intent.paths or tree.files if p not in tree.oversized]
         pathspecs = vcs.literal_pathspecs(paths) if intent.paths else vcs.all_but(tree.excluded)
         snapshot = vcs.snapshot_tree(tree.repo, pathspecs)
         sha = vcs.commit(tree.repo, intent.message, pathspecs)

@@ -178,6 +178,7 @@ class RoundRunner:
                 *(str(path) for path in self.config.prompt.files),
             ),
             pinned=self.pinned,
+            max_file_bytes=self.config.vcs.dirty_file_max_bytes,
         )
 
 

@@ -5,7 +5,17 @@ on, `work` reads and secures the work in it. Callers use the names re-exported h
 """
 
 from agent_runner.vcs.identity import TreeIdentity
-from agent_runner.vcs.repo import Repo, head_sha, is_work_tree, open_repo, pin_tree, resolve
+from agent_runner.vcs.leftovers import index_lock_holders, remove_temp_objects
+from agent_runner.vcs.repo import (
+    GIT_MIN_BYTES_PER_S,
+    Repo,
+    head_sha,
+    is_work_tree,
+    open_repo,
+    pin_tree,
+    resolve,
+    timeout_for,
+)
 from agent_runner.vcs.run import (
     GIT_TIMEOUT_S,
     HARDENED_ENV,
@@ -23,9 +33,9 @@ from agent_runner.vcs.work import (
     all_but,
     clean_to_head,
     commit,
+    file_sizes,
     filtered_paths,
     first_not_held,
-    index_lock_holders,
     literal_pathspecs,
     operation_in_progress,
     snapshot,
@@ -38,6 +48,7 @@ from agent_runner.vcs.work import (
 )
 
 __all__ = [
+    "GIT_MIN_BYTES_PER_S",
     "GIT_TIMEOUT_S",
     "HARDENED_ENV",
     "HARDENING_ARGS",
@@ -52,6 +63,7 @@ __all__ = [
     "all_but",
     "clean_to_head",
     "commit",
+    "file_sizes",
     "filter_overrides",
     "filtered_paths",
     "first_not_held",
@@ -62,6 +74,7 @@ __all__ = [
     "open_repo",
     "operation_in_progress",
     "pin_tree",
+    "remove_temp_objects",
     "resolve",
     "run_git",
     "snapshot",
@@ -70,5 +83,6 @@ __all__ = [
     "status",
     "store_stash",
     "submodule_paths",
+    "timeout_for",
     "tree_entries",
 ]

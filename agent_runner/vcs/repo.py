@@ -5,15 +5,18 @@ config, a `gitdir:` file or a symlink points at.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent_runner.errors import GitError, WorkTreeChanged
 from agent_runner.vcs.identity import TreeIdentity
+from agent_runner.vcs.leftovers import remove_temp_objects
 from agent_runner.vcs.run import (
     _MAX_ERROR_CHARS,
     GIT_TIMEOUT_S,
+    GitTimedOut,
     _config_entries,
     _detail,
     _finish,
@@ -24,6 +27,8 @@ from agent_runner.vcs.run import (
 )
 
 _FALSE_VALUES = frozenset({"false", "no", "off", "0", ""})
+# Slow disks and zlib at its worst: a limit this generous never kills a git doing its work.
+GIT_MIN_BYTES_PER_S = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class Repo:
     head: str | None
     overrides: tuple[tuple[str, str], ...]
     pinned: TreeIdentity | None = None
+    timeout_s: float = GIT_TIMEOUT_S  # see `timeout_for`: raised for commands reading big files
 
     def git(
         self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
@@ -46,7 +52,20 @@ class Repo:
         """`run_git` at the top of this work tree, reusing its filter overrides."""
         if self.pinned is not None:
             self.pinned.verify()
-        return run_git(self.top, *args, env=self._env(env), input=input, overrides=self.overrides)
+        started = time.time()
+        try:
+            return run_git(
+                self.top,
+                *args,
+                timeout_s=self.timeout_s,
+                env=self._env(env),
+                input=input,
+                overrides=self.overrides,
+            )
+        except GitTimedOut:
+            # A killed `git add` of a big file leaves its half-written pack behind, every round.
+            remove_temp_objects(self.common_dir / "objects", since=started)
+            raise
 
     def resolve(self, rev: str) -> str | None:
         """The object id `rev` names in this repository, or None when it names nothing."""
@@ -59,6 +78,11 @@ class Repo:
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         # Named explicitly, so no later call rediscovers the repository or reads core.worktree.
         return {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.top), **(extra or {})}
+
+
+def timeout_for(content_bytes: int) -> float:
+    """Time limit for a git command that reads or writes `content_bytes` of file content."""
+    return GIT_TIMEOUT_S + content_bytes / GIT_MIN_BYTES_PER_S
 
 
 def open_repo(work_dir: Path, *, pinned: TreeIdentity | None = None) -> Repo:

@@ -59,6 +59,10 @@ _FILTER_KEYS = ("clean", "smudge", "process")
 _MAX_ERROR_CHARS = 300
 
 
+class GitTimedOut(GitError):
+    """git ran past its time limit and was killed with its whole process group."""
+
+
 @dataclass(frozen=True)
 class GitResult:
     """A finished git command: exit status and both outputs, undecoded."""
@@ -133,7 +137,7 @@ def _finish(
         out, err = proc.communicate(input, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        raise GitError(f"git {_subcommand(args)} timed out after {timeout_s:g}s") from None
+        raise GitTimedOut(f"git {_subcommand(args)} timed out after {timeout_s:g}s") from None
     return GitResult(proc.returncode, out, err)
 
 

@@ -267,6 +267,16 @@ def _blob_id(entry: TreeEntry, size: int, chunks: Iterable[bytes]) -> str:
     return digest.hexdigest()
 
 
+def file_sizes(repo: Repo, paths: Iterable[str]) -> dict[str, int]:
+    """The size of each of `paths` that is a regular file on disk (symlinks not followed)."""
+    sizes = {}
+    for path in paths:
+        info = _lstat_beneath(repo.top, path)
+        if info is not None and stat.S_ISREG(info.st_mode):
+            sizes[path] = info.st_size
+    return sizes
+
+
 def _lstat_beneath(top: Path, path: str) -> os.stat_result | None:
     """lstat of `path` under `top` as git sees it: None when it, or a folder on the way, is not
     there or is not a real folder (git never follows a symlinked folder)."""
@@ -341,22 +351,3 @@ def tree_entries(repo: Repo, treeish: str) -> dict[str, TreeEntry]:
         mode, _kind, oid = meta.decode("ascii").split(" ")
         entries[os.fsdecode(path)] = TreeEntry(mode, oid)
     return entries
-
-
-def index_lock_holders(lock: Path) -> list[int]:
-    """Pids of processes with `lock` open, as far as /proc lets this user see."""
-    holders = []
-    target = os.path.realpath(lock)  # /proc shows the resolved path
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            fds = list((pid_dir / "fd").iterdir())
-        except OSError:
-            continue  # another user's process, or already gone
-        for fd in fds:
-            try:
-                if os.readlink(fd) == target:
-                    holders.append(int(pid_dir.name))
-                    break
-            except OSError:
-                continue
-    return holders
