@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
+from agent_runner.files import read_regular
 
 CONFIG_NAME = "agent-runner.toml"
 SCHEMA_VERSION = 1
 PIN_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 DAY_S = 86_400
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_PROMPT_BYTES = 8 * 1024 * 1024  # per file; an agent's prompt, not a data set
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def load_config(path: Path | None = None) -> Config:
     """Read and validate a config file; raise ConfigError with one line on any problem."""
     path = find_config() if path is None else path.absolute()
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, max_bytes=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
@@ -229,7 +232,7 @@ def read_prompt(config: Config) -> bytes:
     parts = []
     for i, path in enumerate(config.prompt.files):
         try:
-            data = path.read_bytes()
+            data = read_regular(path, max_bytes=MAX_PROMPT_BYTES)
         except OSError as exc:
             raise ConfigError(
                 f"{config.path}: prompt.files[{i}]: cannot read {path}: {exc.strerror}"

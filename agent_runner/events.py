@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, MutableMapping
@@ -252,8 +253,9 @@ class EventLog:
             if not self._write_failed:
                 self._write_failed = True
                 print(f"agent-runner: cannot write events: {exc}", file=sys.stderr)
-            return
-        self._write_failed = False
+        else:
+            self._write_failed = False
+        # The console (the journal under systemd) still gets the event when the file cannot.
         if self.echo is not None:
             try:
                 self.echo(line)
@@ -270,15 +272,21 @@ class EventLog:
             return self._fd
         self.close()
         path = self.log_dir / f"events-{month}.jsonl"
-        # Read access only to check the last byte; every write still appends.
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        # Read access only to check the last byte; every write still appends. O_NONBLOCK:
+        # a FIFO planted at the path would otherwise take writes until its buffer fills, then
+        # block serve for good.
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             fd = os.open(path, flags, 0o600)
         except OSError as exc:
             if os.path.islink(path):
                 raise EventLogError(f"{path}: refusing to write events through a symlink") from None
             raise EventLogError(f"{path}: cannot open: {exc.strerror}") from None
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise EventLogError(f"{path}: refusing to write events into something not a file")
+        size = info.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             # A torn last line (a crash mid-write elsewhere): never glue our event onto it.
             os.write(fd, b"\n")
@@ -347,11 +355,29 @@ def event_files(log_dir: Path) -> list[Path]:
         return []
 
 
+def open_event_file(path: Path) -> int | None:
+    """A read descriptor on the events file `path`, or None unless it is a regular file.
+
+    Never blocks (a FIFO) and never follows a symlink.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 def iter_events(log_dir: Path) -> Iterator[dict[str, Any]]:
     """Every readable event, oldest first, skipping torn and malformed lines."""
     for path in event_files(log_dir):
+        fd = open_event_file(path)
+        if fd is None:
+            continue
         try:
-            with open(path, "rb") as handle:
+            with os.fdopen(fd, "rb") as handle:
                 for line in handle:
                     event = parse_line(line)
                     if event is not None:
@@ -371,12 +397,13 @@ def tail_events(log_dir: Path, count: int) -> list[dict[str, Any]]:
 
 
 def _tail_file(path: Path, count: int) -> list[dict[str, Any]]:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    fd = open_event_file(path)
+    if fd is None:
         return []
     try:
         return _tail_lines(fd, os.fstat(fd).st_size, count)
+    except OSError:
+        return []
     finally:
         os.close(fd)
 

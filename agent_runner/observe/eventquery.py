@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner.errors import UsageError
-from agent_runner.events import event_files, format_event, iter_events, parse_line
+from agent_runner.events import event_files, format_event, iter_events, open_event_file, parse_line
 
 __all__ = ["EventFilter", "format_event", "query"]
 
@@ -90,8 +91,11 @@ def _follow(log_dir: Path, wanted: EventFilter, current: Path | None) -> Iterato
 def _read_from(path: Path, offset: int, wanted: EventFilter) -> tuple[list[dict[str, Any]], int]:
     """Matching events in complete lines from `offset` on, and the offset after the last one."""
     found: list[dict[str, Any]] = []
+    fd = open_event_file(path)
+    if fd is None:
+        return found, offset
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
             handle.seek(offset)
             pending = b""
             while chunk := handle.read(_CHUNK):

@@ -7,7 +7,6 @@ git happens here, through `agent_runner.vcs`. Work is never destroyed: a failure
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from agent_runner import vcs
 from agent_runner.errors import GitError, WorkTreeChanged
 from agent_runner.events import encodable
+from agent_runner.files import read_regular, write_atomic
 from agent_runner.plugins import DirtyIntent
 from agent_runner.plugins.builtin import dirty as builtin_dirty
 
@@ -421,7 +421,8 @@ def _refuse_filtered(repo: vcs.Repo, paths: Sequence[str], action: str) -> None:
 
 def _load_last_stash(state_dir: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((state_dir / LAST_STASH_FILE).read_text(encoding="utf-8"))
+        raw = read_regular(state_dir / LAST_STASH_FILE, max_bytes=64 * 1024, follow=False)
+        data = json.loads(raw)
     except (OSError, ValueError):
         return None  # no record (or a torn one) only means the next stash is not skipped
     return data if isinstance(data, dict) else None
@@ -429,6 +430,4 @@ def _load_last_stash(state_dir: Path) -> dict[str, Any] | None:
 
 def _save_last_stash(state_dir: Path, record: Mapping[str, Any]) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = state_dir / f".{LAST_STASH_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, state_dir / LAST_STASH_FILE)
+    write_atomic(state_dir / LAST_STASH_FILE, json.dumps(record).encode())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_runner.errors import AgentRunnerError, LockHeld
+from agent_runner.files import read_regular
 from agent_runner.supervisor.strays import process_start_ticks
 
 LOCK_FILE = "serve.lock"
@@ -100,7 +101,7 @@ def read_holder(log_dir: Path) -> Holder | None:
 
 def _lock_is_held(path: Path) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -114,15 +115,10 @@ def _lock_is_held(path: Path) -> bool:
 
 def _read_pid_file(log_dir: Path) -> Holder | None:
     try:
-        fd = os.open(log_dir / PID_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = json.loads(os.read(fd, MAX_PID_FILE_BYTES))
+        raw = read_regular(log_dir / PID_FILE, max_bytes=MAX_PID_FILE_BYTES, follow=False)
+        data = json.loads(raw)
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
     if not isinstance(data, dict):
         return None
     pid, ticks = data.get("pid"), data.get("start_ticks")
