@@ -356,4 +356,9 @@ def run(args: list[str] | None = None) -> int:  # noqa: PLR0911 -- one return pe
 
 def main() -> None:
     """Console-script entry point."""
+    for stream in (sys.stdout, sys.stderr):
+        # Text read from files anyone can write (events, state, paths) may hold lone
+        # surrogates: printing them must show an escape, never raise.
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     sys.exit(run())

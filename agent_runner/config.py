@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,9 @@ PIN_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 DAY_S = 86_400
 MAX_CONFIG_BYTES = 1024 * 1024
+PATH_MAX = 4096  # Linux, including the terminating NUL
+NAME_MAX = 255  # bytes in one path component
+SHOWN_CHARS = 120  # longest value or key an error message repeats
 MAX_PROMPT_BYTES = 8 * 1024 * 1024  # per file; an agent's prompt, not a data set
 
 
@@ -198,6 +201,11 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError:
+        # tomllib lets int() refuse a decimal integer of more than 4300 digits.
+        raise ConfigError(f"{path}: not valid TOML: an integer with too many digits") from None
     return parse_config(document, path)
 
 
@@ -246,8 +254,10 @@ def read_prompt(config: Config) -> bytes:
 def default_log_dir(work_dir: Path) -> Path:
     """`$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the absolute work_dir>`."""
     state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    digest = hashlib.sha256(str(work_dir).encode()).hexdigest()[:8]
-    return Path(state_home) / "agent-runner" / f"{work_dir.name or 'root'}-{digest}"
+    digest = hashlib.sha256(os.fsencode(work_dir)).hexdigest()[:8]
+    # The name is shortened so that name and digest fit in one path component.
+    name = (work_dir.name or "root")[: NAME_MAX // 2]
+    return Path(state_home) / "agent-runner" / f"{name}-{digest}"
 
 
 class _Parser:
@@ -256,7 +266,7 @@ class _Parser:
         self.base = path.parent
 
     def fail(self, where: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {where}: {problem}")
+        return ConfigError(f"{self.path}: {_clip(where)}: {problem}")
 
     def parse(self, doc: Mapping[str, Any]) -> Config:
         for name in doc:
@@ -266,7 +276,7 @@ class _Parser:
             raise self.fail("schema_version", "required (set schema_version = 1)")
         version = doc["schema_version"]
         if type(version) is not int or version != SCHEMA_VERSION:
-            raise self.fail("schema_version", f"must be {SCHEMA_VERSION}, got {version!r}")
+            raise self.fail("schema_version", f"must be {SCHEMA_VERSION}, got {_show(version)}")
         tables = {name: self.table(name, doc.get(name, {})) for name in SCHEMA}
         return Config(
             path=self.path,
@@ -299,7 +309,8 @@ class _Parser:
             if not isinstance(raw, str):
                 raise self.fail(where, f"must be a string, got {_type_name(raw)}")
             if spec.choices and raw not in spec.choices:
-                raise self.fail(where, f"must be one of {', '.join(spec.choices)}; got {raw!r}")
+                choices = ", ".join(spec.choices)
+                raise self.fail(where, f"must be one of {choices}; got {_show(raw)}")
             return raw
         if spec.kind == "str_list":
             if not isinstance(raw, list):
@@ -337,13 +348,19 @@ class _Parser:
         if isinstance(value, float) and not math.isfinite(value):
             raise self.fail(where, f"must be a finite number, got {value}")
         if spec.low is not None and value < spec.low:
-            raise self.fail(where, f"must be at least {spec.low:g}, got {value}")
+            raise self.fail(where, f"must be at least {spec.low:g}, got {_show(value)}")
         if spec.high is not None and value > spec.high:
-            raise self.fail(where, f"must be at most {spec.high:g}, got {value}")
+            raise self.fail(where, f"must be at most {spec.high:g}, got {_show(value)}")
         return value
 
-    def resolve(self, value: str) -> Path:
-        return Path(os.path.normpath(self.base / Path(value).expanduser()))
+    def resolve(self, where: str, value: str) -> Path:
+        try:
+            expanded = Path(value).expanduser()
+        except RuntimeError:  # `~nosuchuser`, or `~` with no home directory
+            raise self.fail(where, f"cannot expand {_show(value)}: no such user") from None
+        path = Path(os.path.normpath(self.base / expanded))
+        check_path_length(path, lambda problem: self.fail(where, problem))
+        return path
 
     def agent(self, values: dict[str, Any]) -> AgentConfig:
         preset: dict[str, Any] = {}
@@ -354,7 +371,7 @@ class _Parser:
                 names = preset_names()
                 raise self.fail(
                     "agent.preset",
-                    f"unknown preset {values['preset']!r}; known: {', '.join(names)}"
+                    f"unknown preset {_show(values['preset'])}; known: {', '.join(names)}"
                     + _hint(values["preset"], names),
                 ) from None
         merged: dict[str, Any] = {
@@ -369,7 +386,8 @@ class _Parser:
         if not merged["parser"]:
             raise self.fail("agent.parser", "required when no preset names one (e.g. 'none')")
         if not NAME_RE.match(merged["parser"]):
-            raise self.fail("agent.parser", f"not a parser or plugin name: {merged['parser']!r}")
+            shown = _show(merged["parser"])
+            raise self.fail("agent.parser", f"not a parser or plugin name: {shown}")
         return AgentConfig(
             preset=values["preset"],
             command=tuple(merged["command"]),
@@ -382,19 +400,27 @@ class _Parser:
     def prompt(self, values: dict[str, Any]) -> PromptConfig:
         if not values["files"]:
             raise self.fail("prompt.files", "must name at least one prompt file")
-        return PromptConfig(tuple(self.resolve(f) for f in values["files"]))
+        return PromptConfig(
+            tuple(self.resolve(f"prompt.files[{i}]", f) for i, f in enumerate(values["files"]))
+        )
 
     def runtime(self, values: dict[str, Any]) -> RuntimeConfig:
-        work_dir = self.resolve(values["work_dir"])
-        log_dir = (
-            self.resolve(values["log_dir"]) if values["log_dir"] else default_log_dir(work_dir)
-        )
+        work_dir = self.resolve("runtime.work_dir", values["work_dir"])
+        if values["log_dir"]:
+            log_dir = self.resolve("runtime.log_dir", values["log_dir"])
+        else:
+            log_dir = default_log_dir(work_dir)
+            check_path_length(log_dir, lambda p: self.fail("runtime.log_dir", f"the default {p}"))
         if values["max_restart_delay_s"] < values["restart_delay_s"]:
             raise self.fail(
                 "runtime.max_restart_delay_s",
                 f"must be at least restart_delay_s ({values['restart_delay_s']})",
             )
-        stop_file = self.resolve(values["stop_file"]) if values["stop_file"] else log_dir / "STOP"
+        stop_file = (
+            self.resolve("runtime.stop_file", values["stop_file"])
+            if values["stop_file"]
+            else log_dir / "STOP"
+        )
         return RuntimeConfig(
             work_dir=work_dir,
             log_dir=log_dir,
@@ -413,7 +439,8 @@ class _Parser:
 
     def vcs(self, values: dict[str, Any]) -> VcsConfig:
         if not NAME_RE.match(values["dirty_handler"]):
-            raise self.fail("vcs.dirty_handler", f"not a plugin name: {values['dirty_handler']!r}")
+            shown = _show(values["dirty_handler"])
+            raise self.fail("vcs.dirty_handler", f"not a plugin name: {shown}")
         return VcsConfig(
             dirty_action=values["dirty_action"],
             dirty_handler=values["dirty_handler"],
@@ -444,6 +471,28 @@ class _Parser:
             pin=dict(values["pin"]),
             settings={name: dict(table) for name, table in values["settings"].items()},
         )
+
+
+def check_path_length(path: Path, fail: Callable[[str], ConfigError]) -> None:
+    """Raise `fail(problem)` for a path the kernel would refuse as too long (ENAMETOOLONG)."""
+    encoded = os.fsencode(path)
+    if len(encoded) >= PATH_MAX:
+        raise fail(f"path is {len(encoded)} bytes long; the limit is {PATH_MAX - 1}")
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise fail(f"a path component is longer than {NAME_MAX} bytes: {_show(part)}")
+
+
+def _show(value: Any) -> str:
+    """A value for an error message: never huge, and never an int too long to print."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"an integer of about {digits} digits"
+    return _clip(repr(value) if isinstance(value, str) else str(value))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def _hint(name: str, known: Any) -> str:

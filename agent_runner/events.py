@@ -26,6 +26,7 @@ EventDict = MutableMapping[str, Any]
 FILE_GLOB = "events-*.jsonl"
 _READ_BLOCK = 64 * 1024
 MAX_LINE_BYTES = 1024 * 1024  # no event is this long; a longer "line" is damage, not data
+MAX_EVENT_DEPTH = 16  # no event nests this deeply; a deeper line is damage, not data
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("serve_start", "pid version work_dir log_dir", "serve booted and holds the lock"),
     ("serve_stop", "reason rounds", "serve is exiting; reason says why"),
     ("state_write_failed", "reason", "state.json could not be written (e.g. disk full)"),
+    (
+        "state_file_set_aside",
+        "path reason",
+        "a damaged state.json was renamed to path; serve starts without the old counters",
+    ),
     ("config_broken", "reason", "the config could not be loaded at boot"),
     ("round_start", "round", "a round begins (gates passed)"),
     ("agent_spawn", "round pid pgid argv transcript", "the agent process was started"),
@@ -337,14 +343,32 @@ def _as_text(value: object) -> str:
 
 
 def parse_line(line: bytes) -> dict[str, Any] | None:
-    """One event from one line, or None for a torn or malformed line."""
+    """One event from one line, or None for a torn, malformed or absurdly nested line."""
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # ValueError: also an integer too long for int()
         return None
     if not isinstance(event, dict) or not isinstance(event.get("event"), str):
         return None
+    # Only a line with many brackets can nest deeply: the common case costs two counts.
+    if line.count(b"[") + line.count(b"{") > MAX_EVENT_DEPTH and _too_deep(event):
+        return None
     return event
+
+
+def _too_deep(event: dict[str, Any]) -> bool:
+    # Printing an event (peek --json indents) recurses once per level: refuse what no
+    # event holds rather than let a reader die of it.
+    stack: list[tuple[Any, int]] = [(event, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > MAX_EVENT_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, level + 1) for child in item)
+    return False
 
 
 def event_files(log_dir: Path) -> list[Path]:

@@ -31,7 +31,7 @@ from agent_runner.supervisor.policy import (
 from agent_runner.supervisor.process import AgentProcess
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
-from agent_runner.supervisor.state import loop_from_state, read_state, write_state
+from agent_runner.supervisor.state import loop_from_state, recover_state, write_state
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
 
@@ -122,7 +122,7 @@ class Serve:
     def _run(self) -> ExitCode:
         emit = self.events.emit
         # The previous serve's counters come first: even a crash from here on must keep them.
-        previous = read_state(self.config.runtime.log_dir)
+        previous = recover_state(self.config.runtime.log_dir, emit, self.clock.now())
         number = previous.get("last_round_number", 0)
         self.last_round = number if type(number) is int and number >= 0 else 0
         self.loop = loop_from_state(

@@ -8,14 +8,38 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
+from agent_runner.events import Emit
 from agent_runner.files import read_regular, write_atomic
 from agent_runner.supervisor.policy import LoopState
 
 STATE_NAME = "state.json"
 MAX_STATE_BYTES = 16 * 1024 * 1024
+MAX_STATE_DEPTH = 16  # serve writes four levels; peek prints whatever it reads
+_COUNTERS = (
+    "failures",
+    "crash_streak",
+    "stall_streak",
+    "auth_streak",
+    "setup_streak",
+    "internal_errors",
+)
+# Each top-level key serve writes: the types it may hold, and the keys readers rely on.
+_SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
+    "supervisor": ((dict,), ()),
+    "round": ((dict, type(None)), ("number",)),
+    "last_round": ((dict, type(None)), ("round", "exit_code", "exit_cause", "duration_s")),
+    "last_round_number": ((int,), ()),
+    "rounds_run": ((int,), ()),
+    "loop": ((dict,), ()),
+    "sandbox": ((dict, type(None)), ("tier", "landlock_abi")),
+    "plugins": ((list,), ()),
+    "phase_detail": ((dict,), ()),
+}
 
 
 def write_state(log_dir: Path, state: dict[str, Any]) -> None:
@@ -25,13 +49,82 @@ def write_state(log_dir: Path, state: dict[str, Any]) -> None:
 
 
 def read_state(log_dir: Path) -> dict[str, Any]:
-    """The last state written, or {} when there is none or it cannot be read."""
+    """The last state written, or {} when there is none or it is damaged."""
+    return load_state(log_dir)[0]
+
+
+def load_state(log_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The last state written and None, or ({}, why it cannot be used)."""
     try:
         raw = read_regular(log_dir / STATE_NAME, max_bytes=MAX_STATE_BYTES, follow=False)
         state = json.loads(raw)
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"cannot read it: {exc.strerror or exc}"
+    except RecursionError:
+        return {}, "not valid JSON: nested too deeply"
+    except ValueError as exc:  # also a number too long for int()
+        return {}, f"not valid JSON: {str(exc)[:120]}"
+    problem = state_problem(state)
+    return ({}, problem) if problem is not None else (state, None)
+
+
+def recover_state(log_dir: Path, emit: Emit, now: float) -> dict[str, Any]:
+    """The previous serve's state; a damaged state.json is renamed aside, evented, and
+    serve starts afresh instead of refusing to start until someone edits it by hand."""
+    state, problem = load_state(log_dir)
+    if problem is None:
+        return state
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    aside = log_dir / f"{STATE_NAME}.damaged-{stamp}"
+    for n in range(1, 100):
+        if not os.path.lexists(aside):
+            break
+        aside = log_dir / f"{STATE_NAME}.damaged-{stamp}-{n}"
+    try:
+        os.rename(log_dir / STATE_NAME, aside)  # renames a planted symlink, not its target
+    except OSError as exc:
+        problem += f"; it could not be renamed ({exc.strerror}) and will be overwritten"
+        aside = log_dir / STATE_NAME
+    emit("state_file_set_aside", path=str(aside), reason=problem)
+    return {}
+
+
+def state_problem(state: Any) -> str | None:
+    """Why `state` is not something serve wrote, or None."""
+    if not isinstance(state, dict):
+        return f"not a JSON object but {type(state).__name__}"
+    if _depth(state) > MAX_STATE_DEPTH:
+        return f"nested deeper than {MAX_STATE_DEPTH} levels"
+    for key, (types, required) in _SECTIONS.items():
+        if key not in state:
+            continue
+        value = state[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            return f"{key} is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}"
+        missing = [name for name in required if isinstance(value, dict) and name not in value]
+        if missing:
+            return f"{key} has no {missing[0]}"
+    if "loop" in state and not _loop_valid(state["loop"]):
+        return "loop holds counters that are not what serve writes"
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value`, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_STATE_DEPTH:
+                stack.extend((child, level + 1) for child in _children(item))
+    return deepest
+
+
+def _children(item: dict[str, Any] | list[Any]) -> list[Any]:
+    return list(item.values()) if isinstance(item, dict) else item
 
 
 def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
@@ -40,26 +133,22 @@ def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
 
     state.json is ours, but a damaged one must cost the counters, never the supervisor.
     """
-    if not isinstance(raw, dict):
+    if not _loop_valid(raw):
         return LoopState()
-    counters = {
-        k: raw.get(k, 0)
-        for k in (
-            "failures",
-            "crash_streak",
-            "stall_streak",
-            "auth_streak",
-            "setup_streak",
-            "internal_errors",
-        )
-    }
+    return _loop(raw, clean_exit, latest)
+
+
+def _loop_valid(raw: Any) -> bool:
+    if not isinstance(raw, dict):
+        return False
+    counters = {k: raw.get(k, 0) for k in _COUNTERS}
     streaks = raw.get("transient_streaks") or {}
     until, klass, source = (
         raw.get("backoff_until"),
         raw.get("backoff_class"),
         raw.get("backoff_source"),
     )
-    valid = (
+    return (
         all(type(v) is int and v >= 0 for v in counters.values())
         and isinstance(streaks, dict)
         and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in streaks.items())
@@ -67,12 +156,16 @@ def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:
         and (klass is None or isinstance(klass, str))
         and source in (None, "server", "estimated")
     )
-    if not valid:
-        return LoopState()
+
+
+def _loop(raw: dict[str, Any], clean_exit: bool, latest: float) -> LoopState:
+    counters = {k: raw.get(k, 0) for k in _COUNTERS}
+    streaks = raw.get("transient_streaks") or {}
+    until = raw.get("backoff_until")
     return LoopState(
         **({} if clean_exit else counters),
         transient_streaks=dict(streaks),
         backoff_until=None if until is None else min(until, latest),
-        backoff_class=klass,
-        backoff_source=source,
+        backoff_class=raw.get("backoff_class"),
+        backoff_source=raw.get("backoff_source"),
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 import string
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 
 from agent_runner import __version__
 from agent_runner.cli import run
-from agent_runner.config import SCHEMA, load_config, preset_names
+from agent_runner.config import SCHEMA, TOP_LEVEL, load_config, preset_names
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,51 +65,137 @@ def test_init_rejects_an_unknown_preset(tmp_path: Path, capsys: pytest.CaptureFi
     assert "unknown preset 'cursor'" in capsys.readouterr().err
 
 
-scalars = st.one_of(
-    st.booleans(),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(string.printable + "\0\u00e9", max_size=20),
-)
-values = st.one_of(
-    scalars,
-    st.lists(scalars, max_size=3),
-    st.dictionaries(st.text(string.ascii_letters, min_size=1, max_size=8), scalars, max_size=3),
-)
-tables = st.sampled_from(sorted(SCHEMA))
+VALID: dict[str, Any] = {
+    "schema_version": 1,
+    "agent": {"command": ["true"], "parser": "none"},
+}
+NUMERIC = [
+    (table, name, key)
+    for table, keys in SCHEMA.items()
+    for name, key in keys.items()
+    if key.kind in ("int", "number")
+]
+STRINGS = [
+    (table, name)
+    for table, keys in SCHEMA.items()
+    for name, key in keys.items()
+    if key.kind == "str"
+]
+CHOICES = [
+    (table, name) for table, keys in SCHEMA.items() for name, key in keys.items() if key.choices
+]
+WORDS = st.text(string.ascii_lowercase + "_", min_size=1, max_size=12)
+TEXT = st.text(st.characters(blacklist_characters="\0"), max_size=8)  # NUL is its own error
 
 
 @st.composite
-def documents(draw: st.DrawFn) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    if draw(st.booleans()):
-        document["schema_version"] = draw(st.one_of(st.just(1), scalars))
-    for table in draw(st.lists(tables, max_size=4, unique=True)):
-        keys = draw(
-            st.lists(st.sampled_from([*SCHEMA[table], "bogus_key"]), max_size=4, unique=True)
+def broken_documents(draw: st.DrawFn) -> tuple[dict[str, Any], str, str]:
+    """A valid document with exactly one thing wrong: (document, where, what the error says)."""
+    document = copy.deepcopy(VALID)
+    mistake = draw(
+        st.sampled_from(
+            ["table", "key", "type", "low", "high", "version", "no_version", "nul", "choice"]
         )
-        document[table] = {key: draw(values) for key in keys}
-    if draw(st.booleans()):
-        document[draw(st.text(string.ascii_lowercase, min_size=1, max_size=8))] = draw(values)
-    return document
+    )
+    if mistake == "table":
+        name = draw(WORDS.filter(lambda w: w not in TOP_LEVEL))
+        document[name] = {}
+        return document, name, "unknown table"
+    if mistake == "key":
+        table = draw(st.sampled_from(sorted(SCHEMA)))
+        name = draw(WORDS.filter(lambda w, t=table: w not in SCHEMA[t]))
+        document.setdefault(table, {})[name] = 1
+        return document, f"{table}.{name}", "unknown key"
+    if mistake in ("type", "low", "high"):
+        table, name, key = draw(st.sampled_from(NUMERIC))
+        if mistake == "type":
+            value: Any = draw(st.one_of(TEXT, st.booleans(), st.lists(st.integers())))
+            said = "must be an integer" if key.kind == "int" else "must be a number"
+        elif mistake == "low":
+            assert key.low is not None
+            value = draw(st.integers(max_value=math.ceil(key.low) - 1))
+            said = "must be at least"
+        else:
+            assert key.high is not None
+            value = draw(st.integers(min_value=math.floor(key.high) + 1, max_value=2**63 - 1))
+            said = "must be at most"
+        document.setdefault(table, {})[name] = value
+        return document, f"{table}.{name}", said
+    if mistake == "version":
+        document["schema_version"] = draw(st.integers().filter(lambda v: v != 1))
+        return document, "schema_version", "must be 1"
+    if mistake == "no_version":
+        del document["schema_version"]
+        return document, "schema_version", "required"
+    if mistake == "nul":
+        table, name = draw(st.sampled_from(STRINGS))
+        document.setdefault(table, {})[name] = draw(st.text(max_size=4)) + "\0"
+        return document, f"{table}.{name}", "must not contain a NUL character"
+    table, name = draw(st.sampled_from(CHOICES))
+    document.setdefault(table, {})[name] = draw(
+        TEXT.filter(lambda v, c=SCHEMA[table][name].choices: v not in c)
+    )
+    return document, f"{table}.{name}", "must be one of"
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(documents())
-def test_any_malformed_config_exits_78_with_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: dict[str, Any]
+@given(broken_documents())
+def test_any_malformed_config_exits_78_with_one_line_naming_the_key(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    broken: tuple[dict[str, Any], str, str],
 ) -> None:
+    document, where, said = broken
     path = tmp_path / "agent-runner.toml"
     path.write_text(tomli_w.dumps(document))
-    code = run(["status", "--config", str(path)])
+    assert run(["status", "--config", str(path)]) == 78
     captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    if code != 0:
-        assert code == 78, captured.err
-        assert captured.err.count("\n") == 1, captured.err
-        assert captured.err.startswith(f"agent-runner: {path}: ")
+    assert captured.err.startswith(f"agent-runner: {path}: {where}: "), captured.err
+    assert said in captured.err
+    assert captured.err.count("\n") == 1, captured.err
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            f"{table}.{name}": (
+                st.integers(min_value=math.ceil(key.low), max_value=math.floor(key.high))
+                if key.kind == "int"
+                else st.floats(min_value=key.low, max_value=key.high)
+            )
+            for table, name, key in NUMERIC
+            if key.low is not None and key.high is not None
+        },
+    )
+)
+def test_any_config_within_the_bounds_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], values: dict[str, Any]
+) -> None:
+    document = copy.deepcopy(VALID)
+    for dotted, value in values.items():
+        table, name = dotted.split(".")
+        document.setdefault(table, {})[name] = value
+    runtime = document.setdefault("runtime", {})
+    # The two cross-key rules: a ceiling is never below its base.
+    runtime["max_restart_delay_s"] = max(
+        runtime.get("max_restart_delay_s", 600), runtime.get("restart_delay_s", 5)
+    )
+    backoff = document.setdefault("backoff", {})
+    backoff["estimated_max_s"] = max(
+        backoff.get("estimated_max_s", 1800), backoff.get("estimated_base_s", 60)
+    )
+    path = tmp_path / "agent-runner.toml"
+    path.write_text(tomli_w.dumps(document))
+    code = run(["status", "--json", "--config", str(path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert '"running": false' in captured.out
 
 
 def test_init_force_never_overwrites_an_existing_prompt(tmp_path: Path) -> None:

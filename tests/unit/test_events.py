@@ -16,6 +16,7 @@ from agent_runner.events import (
     EventLog,
     format_ts,
     iter_events,
+    parse_line,
     redact,
     redact_argv,
     render_docs,
@@ -298,3 +299,22 @@ def test_undecodable_bytes_anywhere_in_an_event_are_written_as_escapes(tmp_path:
         "dirty_detected",
         "serve_start",
     ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"event":"x","a":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"event":"x","a":' + b"[" * 40 + b"]" * 40 + b"}",
+        b'{"event":"round_start","round":' + b"9" * 5000 + b"}",
+        b'{"event":"round_start","round":1,"x":"\xff\xfe"}',
+    ],
+    ids=["recursion", "too_deep", "huge_int", "not_utf8"],
+)
+def test_a_line_no_writer_would_write_is_skipped_not_fatal(line: bytes) -> None:
+    assert parse_line(line) is None
+
+
+def test_an_event_nested_as_deep_as_real_ones_is_read() -> None:
+    line = b'{"event":"x","a":' + b"[" * 10 + b"]" * 10 + b',"b":[' + b"{}," * 50 + b"{}]}"
+    assert parse_line(line) is not None

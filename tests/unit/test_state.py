@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from agent_runner.supervisor.policy import LoopState
-from agent_runner.supervisor.state import loop_from_state, read_state, write_state
+from agent_runner.supervisor.state import (
+    load_state,
+    loop_from_state,
+    read_state,
+    recover_state,
+    write_state,
+)
+from tests.fakes import RecordedEvents
 
 NOW = 1_800_000_000.0
 SAVED: dict[str, Any] = {
@@ -78,3 +85,56 @@ def test_a_stored_backoff_is_never_trusted_past_the_cap() -> None:
 )
 def test_damaged_counters_reset_to_a_fresh_loop(damage: dict[str, Any]) -> None:
     assert loop_from_state({**SAVED, **damage}, clean_exit=False, latest=NOW) == LoopState()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"supervisor": "x"}', "supervisor is str, not dict"),
+        (b'{"round": 5}', "round is int, not dict or NoneType"),
+        (b'{"last_round": {"round": 1}}', "last_round has no exit_code"),
+        (b'{"rounds_run": true}', "rounds_run is bool, not int"),
+        (b'{"loop": {"failures": -1}}', "loop holds counters that are not what serve writes"),
+        (b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}", "nested deeper than 16 levels"),
+        (b"[" * 5000 + b"]" * 5000, "not valid JSON: nested too deeply"),
+        (b'{"rounds_run": ' + b"9" * 5000 + b"}", "not valid JSON: Exceeds the limit"),
+        (b"[]", "not a JSON object but list"),
+    ],
+)
+def test_a_damaged_state_is_named_and_read_as_empty(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    (tmp_path / "state.json").write_bytes(content)
+    state, found = load_state(tmp_path)
+    assert state == {}
+    assert found is not None
+    assert found.startswith(problem)
+    assert read_state(tmp_path) == {}
+
+
+def test_a_damaged_state_is_renamed_aside_with_a_timestamp_and_an_event(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_bytes(b'{"supervisor": "x"}')
+    events = RecordedEvents()
+    assert recover_state(tmp_path, events, NOW) == {}
+    aside = tmp_path / "state.json.damaged-20270115T080000Z"
+    assert events.events == [
+        {
+            "event": "state_file_set_aside",
+            "path": str(aside),
+            "reason": "supervisor is str, not dict",
+        }
+    ]
+    assert aside.read_bytes() == b'{"supervisor": "x"}'
+    assert not (tmp_path / "state.json").exists()
+    (tmp_path / "state.json").mkdir()  # damaged again within the same second
+    recover_state(tmp_path, events, NOW)
+    assert events.events[1]["path"] == f"{aside}-1"
+    assert (tmp_path / "state.json.damaged-20270115T080000Z-1").is_dir()
+
+
+def test_a_missing_or_sound_state_is_left_where_it_is(tmp_path: Path) -> None:
+    events = RecordedEvents()
+    assert recover_state(tmp_path, events, NOW) == {}
+    write_state(tmp_path, {"rounds_run": 3, "round": None})
+    assert recover_state(tmp_path, events, NOW) == {"rounds_run": 3, "round": None}
+    assert events.events == []
