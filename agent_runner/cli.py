@@ -29,7 +29,7 @@ def config_option(func: F) -> F:
     return click.option(
         "--config",
         "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=click.Path(path_type=Path),  # a directory is refused with exit 78 by the loader
         default=None,
         help="Config file (default: agent-runner.toml here or in a parent folder).",
     )(func)

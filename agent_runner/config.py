@@ -65,6 +65,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_rounds": Key("int", 0, 0, 10**9),
         "stop_file": Key("str", ""),
         "stop_mode": Key("str", "terminate", choices=("terminate", "finish_round")),
+        "transcript_max_bytes": Key("int", 64 * 1024 * 1024, 64 * 1024, 2**40),
+        "transcript_keep_rounds": Key("int", 200, 0, 10**9),
     },
     "breakers": {
         "crash_loop_rounds": Key("int", 5, 1, 10_000),
@@ -124,6 +126,8 @@ class RuntimeConfig:
     max_rounds: int
     stop_file: Path
     stop_mode: Literal["terminate", "finish_round"]
+    transcript_max_bytes: int
+    transcript_keep_rounds: int
 
 
 @dataclass(frozen=True)
@@ -430,6 +434,8 @@ class _Parser:
             max_rounds=values["max_rounds"],
             stop_file=stop_file,
             stop_mode=values["stop_mode"],
+            transcript_max_bytes=values["transcript_max_bytes"],
+            transcript_keep_rounds=values["transcript_keep_rounds"],
         )
 
     def backoff(self, values: dict[str, Any]) -> BackoffConfig:
@@ -532,7 +538,8 @@ def render_docs() -> str:
         "",
         "`runtime.log_dir` defaults to `$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the",
         "absolute work_dir>` (`~/.local/state` when XDG_STATE_HOME is unset); `runtime.stop_file`",
-        "defaults to `<log_dir>/STOP`. `agent.command` and `agent.parser` are required unless",
+        "defaults to `<log_dir>/STOP`; `runtime.transcript_keep_rounds = 0` keeps every",
+        "transcript. `agent.command` and `agent.parser` are required unless",
         "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
         "match `^sha256:[0-9a-f]{64}$`.",
     ]

@@ -60,6 +60,16 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("round_leftovers_reaped", "round pids", "descendants left after the round were killed"),
     ("round_orphan_reaped", "round pgid pids", "a previous serve's agent group was killed"),
     ("round_end", "round exit_cause duration_s", "the round is over, tree secured"),
+    (
+        "transcript_truncated",
+        "round path bytes_left_out",
+        "the transcript reached transcript_max_bytes: head and tail kept, the cut marked",
+    ),
+    (
+        "transcript_write_failed",
+        "round path reason",
+        "the transcript could not be written (e.g. disk full); the rest of the output was dropped",
+    ),
     ("round_deferred", "round defer_s reason", "a spawn hook deferred the round"),
     ("round_resumed", "round", "a deferred round goes ahead"),
     ("round_skipped", "round reason", "a spawn hook skipped the round"),

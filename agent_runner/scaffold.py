@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import tomli_w
 
 from agent_runner.config import SCHEMA_VERSION, load_config, preset_names
 from agent_runner.errors import ConfigError
+from agent_runner.files import write_atomic
 
 STARTER_PROMPT = """\
 You are working unattended in this git repository, supervised by agent-runner.
@@ -44,11 +44,14 @@ def write_project(config_path: Path, *, preset: str, force: bool, **runtime: Any
         raise ConfigError(f"unknown preset {preset!r}; known: {', '.join(preset_names())}")
     if config_path.exists() and not force:
         raise ConfigError(f"{config_path}: already exists (use --force to overwrite)")
+    if config_path.is_dir():
+        raise ConfigError(f"{config_path}: is a directory; name the file to write")
     document = starter_document(preset)
     document["runtime"].update(runtime)
     written = [config_path]
     config_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(config_path, tomli_w.dumps(document).encode())
+    # A fresh O_EXCL temporary file: nothing planted at a temporary name is written through.
+    write_atomic(config_path, tomli_w.dumps(document).encode(), mode=0o644)
     prompt = config_path.parent / "prompts" / "main.md"
     # --force replaces the config only: a prompt is the operator's work, never overwritten.
     if not prompt.exists():
@@ -57,12 +60,3 @@ def write_project(config_path: Path, *, preset: str, force: bool, **runtime: Any
         written.append(prompt)
     load_config(config_path)  # what init writes must load
     return written
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

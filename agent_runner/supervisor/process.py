@@ -94,14 +94,16 @@ class AgentProcess:
         env: Mapping[str, str],
         stdin_data: bytes | None,
         transcript: Path,
+        output: int | None = None,
     ) -> AgentProcess:
-        """Start `argv` in a new session, stdout and stderr appended to `transcript`."""
+        """Start `argv` in a new session, stdout and stderr appended to `transcript`, or
+        written to the descriptor `output` when given (a transcript relay's pipe)."""
         if not argv:
             raise SpawnError("the agent command is empty")
         # Exec keeps the signal mask: an agent started with SIGTERM blocked could only be SIGKILLed.
         if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
             raise SpawnError("SIGTERM is blocked in this thread; the agent would inherit that")
-        out = _open_transcript(transcript)
+        out = _open_transcript(transcript) if output is None else os.dup(output)
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if stdin_data is not None else (-1, -1)
         started = time.monotonic()
         try:

@@ -23,6 +23,7 @@ from agent_runner.supervisor.process import (
 )
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import reap_leftovers
+from agent_runner.supervisor.transcript import TranscriptRelay
 
 # systemd talks to serve through these; an agent that inherited them could speak for serve.
 SUPERVISOR_ONLY_ENV = frozenset(
@@ -86,15 +87,26 @@ class RoundRunner:
             base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
         )
         try:
-            agent = AgentProcess.spawn(
-                argv, cwd=runtime.work_dir, env=env, stdin_data=stdin_data, transcript=transcript
-            )
+            relay = TranscriptRelay.open(transcript, runtime.transcript_max_bytes)
+            try:
+                agent = AgentProcess.spawn(
+                    argv,
+                    cwd=runtime.work_dir,
+                    env=env,
+                    stdin_data=stdin_data,
+                    transcript=transcript,
+                    output=relay.agent_fd,
+                )
+            except SpawnError:
+                relay.finish()
+                raise
         except SpawnError as exc:
             # A vanished binary is a failed round: the crash-loop breaker ends it, not a traceback.
             emit("agent_spawn_failed", round=number, reason=str(exc))
             failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
             emit("round_end", round=number, exit_cause="error", duration_s=0.0)
             return RoundResult(number, failed, Findings(), None)
+        relay.start()
         try:
             self.on_spawn(number, agent)
             emit(
@@ -110,10 +122,12 @@ class RoundRunner:
             # Whatever broke, no agent may outlive its supervisor's attention.
             agent.terminate(config.agent.sigterm_grace_s)
             reap_leftovers(keep=self.keep_pids())
+            relay.finish()
             raise
         leftovers = reap_leftovers(keep=self.keep_pids())
         if leftovers:
             emit("round_leftovers_reaped", round=number, pids=leftovers)
+        self._file_transcript(number, relay)
         result = agent.result(cause)
         emit(
             "agent_exit",
@@ -135,6 +149,20 @@ class RoundRunner:
             duration_s=round(result.duration_s, 3),
         )
         return RoundResult(number, result, findings, tree)
+
+    def _file_transcript(self, number: int, relay: TranscriptRelay) -> None:
+        """Finish the transcript: every writer is gone now."""
+        report = relay.finish()
+        path = str(relay.path)
+        if report.bytes_left_out:
+            self.emit(
+                "transcript_truncated",
+                round=number,
+                path=path,
+                bytes_left_out=report.bytes_left_out,
+            )
+        if report.error is not None:
+            self.emit("transcript_write_failed", round=number, path=path, reason=report.error)
 
     def _wait(self, number: int, agent: AgentProcess) -> str | None:
         """Wait for exit, the budget or a stop; the exit-cause override, if any."""

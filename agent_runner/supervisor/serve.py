@@ -28,12 +28,13 @@ from agent_runner.supervisor.policy import (
     after_internal_error,
     decide,
 )
-from agent_runner.supervisor.process import AgentProcess
+from agent_runner.supervisor.process import AgentProcess, transcript_path
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
 from agent_runner.supervisor.state import loop_from_state, recover_state, write_state
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
+from agent_runner.supervisor.transcript import prune_transcripts
 
 DRAIN_EXTEND_USEC = 15_000_000
 PROMPT_RETRY_S = 2.0
@@ -88,6 +89,7 @@ class Serve:
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
     _state_error: str | None = None
+    _pruned_upto: int = 0  # transcripts up to this round are gone; 0: scan the folder once
 
     def run(self) -> ExitCode:
         """The loop; an unexpected error still ends with serve_stop and the reason."""
@@ -257,6 +259,12 @@ class Serve:
         )
         # HEAD as the last round left it: the only process between rounds is this one.
         result = runner.run(self.last_round, prompt, self.head)
+        self._pruned_upto = prune_transcripts(
+            transcript_path(self.config.runtime.log_dir, self.last_round).parent,
+            newest=self.last_round,
+            keep=self.config.runtime.transcript_keep_rounds,
+            above=self._pruned_upto,
+        )
         if result.tree is not None:
             self.head = result.tree.head_after
         self.last_summary = result.summary()
