@@ -232,6 +232,7 @@ class EventLog:
         self.plugin_kinds: set[str] = set()
         self._fd: int | None = None
         self._month = ""
+        self._end = -1  # the file's size after our last write; -1: not known
         self._write_failed = False
         try:
             log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -264,7 +265,10 @@ class EventLog:
         data = (line + "\n").encode("utf-8", "backslashreplace")
         try:
             fd = self._open(line[len('{"ts":"') :][:7])  # "YYYY-MM" of the UTC timestamp
+            if self._after_torn_line(fd):
+                data = b"\n" + data
             os.write(fd, data)
+            self._end = os.fstat(fd).st_size
         except (OSError, EventLogError) as exc:
             if not self._write_failed:
                 self._write_failed = True
@@ -302,12 +306,16 @@ class EventLog:
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             raise EventLogError(f"{path}: refusing to write events into something not a file")
-        size = info.st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            # A torn last line (a crash mid-write elsewhere): never glue our event onto it.
-            os.write(fd, b"\n")
-        self._fd, self._month = fd, month
+        self._fd, self._month, self._end = fd, month, -1
         return fd
+
+    def _after_torn_line(self, fd: int) -> bool:
+        """Whether the file ends in a partial line (a crash mid-write, another writer)."""
+        size = os.fstat(fd).st_size
+        if size == self._end:
+            return False  # nobody wrote since our own last line
+        # Never glue our event onto someone else's partial line: it would lose both.
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
     def close(self) -> None:
         """Close the current events file."""

@@ -39,10 +39,13 @@ class ConfigWatcher:
             return self.running
         deferred = [key for key in changed if key.startswith(RESTART_ONLY)]
         applied = [key for key in changed if key not in deferred]
+        running = self.running.runtime
+        stop_file = fresh.runtime.stop_file
+        if stop_file == fresh.runtime.log_dir / "STOP":
+            # Derived from a log_dir that only a restart applies: it stays with the running one.
+            stop_file = running.log_dir / "STOP"
         runtime = replace(
-            fresh.runtime,
-            work_dir=self.running.runtime.work_dir,
-            log_dir=self.running.runtime.log_dir,
+            fresh.runtime, work_dir=running.work_dir, log_dir=running.log_dir, stop_file=stop_file
         )
         self.running = replace(fresh, plugins=self.running.plugins, runtime=runtime)
         if applied:

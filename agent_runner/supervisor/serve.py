@@ -38,6 +38,7 @@ from agent_runner.supervisor.transcript import prune_transcripts
 
 DRAIN_EXTEND_USEC = 15_000_000
 PROMPT_RETRY_S = 2.0
+WALL_CLOCK_RECHECK_S = STOP_FILE_CHECK_S  # costs no extra wakeup: the stop file is due anyway
 
 
 def run_serve(
@@ -218,9 +219,24 @@ class Serve:
             self._save("backoff", until=until)
             clock_text = time.strftime("%H:%M", time.localtime(until))
             self.notifier.status(f"back-off until {clock_text} ({self.loop.backoff_class})")
-            if not self._sleep(wait_s):
+            if not self._sleep_until(until):
                 return f"stopped ({self.stop.source})"
         return None
+
+    def _sleep_until(self, until: float) -> bool:
+        """Sleep until wall-clock time `until`; False when a stop interrupted it.
+
+        The wall clock is read again every few seconds: one that was far behind when the wait
+        began (and is then corrected) must not stretch a 20 s reset into days. The wait never
+        outlasts the monotonic time it started with, so a clock set back cannot stretch it.
+        """
+        latest = self.clock.monotonic() + max(0.0, until - self.clock.now())
+        while True:
+            remaining = min(until - self.clock.now(), latest - self.clock.monotonic())
+            if remaining <= 0:
+                return True
+            if not self._sleep(min(remaining, WALL_CLOCK_RECHECK_S)):
+                return False
 
     def _max_rounds_reached(self) -> bool:
         limit = self.max_rounds_override or self.config.runtime.max_rounds
