@@ -65,7 +65,10 @@ class TranscriptRelay:
         with contextlib.suppress(OSError):  # only fewer wakeups; the default 64 KiB works too
             fcntl.fcntl(self._read_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._thread = threading.Thread(target=self._relay, name=f"transcript-{path.name}")
+        # A daemon: whatever happens to the round, a relay thread never keeps serve alive.
+        self._thread = threading.Thread(
+            target=self._relay, name=f"transcript-{path.name}", daemon=True
+        )
 
     @classmethod
     def open(cls, path: Path, max_bytes: int) -> TranscriptRelay:
