@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agent_runner.plugins import syscalls, wire
+from agent_runner.plugins import childenv, wire
 from agent_runner.plugins.runner import OOM_ENVELOPE, run_request
 
 _T = TypeVar("_T")
@@ -34,7 +34,6 @@ ADDRESS_SPACE_BYTES = 1 << 30
 FILE_SIZE_BYTES = 16 << 20
 OPEN_FILES = 64
 THREADS_AS_NOBODY = 128
-ENV_ALLOWED = ("PATH", "LANG", "TZ")
 
 # Landlock access rights (stable kernel ABI values).
 _FS_READ_FILE, _FS_READ_DIR = 1 << 2, 1 << 3
@@ -151,17 +150,21 @@ def confine_and_run(
                 problems.append(f"{part} restriction was required but not applied")
     except (OSError, ConfinementError) as exc:
         # Descriptors, limits and privileges are never best effort.
-        _finish(wire.encode_envelope("refused", detail=f"process setup failed: {exc}"))
+        _finish(wire.encode_refusal(f"process setup failed: {exc}"))
     if problems and not cfg.best_effort:
-        _finish(
-            wire.encode_envelope("refused", detail="confinement failed: " + "; ".join(problems))
-        )
+        _finish(wire.encode_refusal("confinement failed: " + "; ".join(problems)))
     sys.dont_write_bytecode = True
     sys.path[:] = prebuilt.stdlib_paths
     sys.path_importer_cache.clear()
     notes = [*prebuilt.notes, *problems]
     try:
-        envelope = run_request(_read_request(), applied, prebuilt.landlock_abi, notes)
+        request = wire.decode_request(_read_request())
+    except (wire.WireError, ValueError) as exc:
+        _finish(wire.encode_refusal(f"bad request: {exc}"))
+    # Plugin code may run from here on: whatever it writes comes after this mark.
+    _write_result(wire.CONFINED_MARK)
+    try:
+        envelope = run_request(request, applied, prebuilt.landlock_abi, notes)
     except MemoryError:
         envelope = OOM_ENVELOPE
     _finish(envelope)
@@ -178,8 +181,7 @@ def _attempt(problems: list[str], what: str, step: Callable[[], _T]) -> _T | Non
 
 
 def _reset_environment(scratch: str) -> None:
-    kept = {key: value for key, value in os.environ.items() if key in ENV_ALLOWED}
-    kept.update({k: v for k, v in os.environ.items() if k.startswith("LC_")})
+    kept = childenv.allowed_environment(os.environ)
     os.environ.clear()
     os.environ.update(kept, HOME=scratch, TMPDIR=scratch)
     os.chdir(scratch)
@@ -279,8 +281,7 @@ def _drop_privileges() -> None:
 def _load_seccomp(bpf: bytes, applied: dict[str, bool]) -> None:
     if not bpf:
         raise ConfinementError("no seccomp filter was built")
-    program = syscalls.bind_self_pid(bpf, os.getpid())
-    prog = _SockFprog(len(program) // 8, program)
+    prog = _SockFprog(len(bpf) // 8, bpf)
     _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
     applied["seccomp"] = True
 
@@ -294,17 +295,21 @@ def _read_request() -> bytes:
             return b"".join(chunks)
         total += len(chunk)
         if total > wire.MAX_REQUEST_BYTES:
-            _finish(wire.encode_envelope("refused", detail="request too large"))
+            _finish(wire.encode_refusal("request too large"))
         chunks.append(chunk)
 
 
-def _finish(envelope: bytes) -> None:
-    view = memoryview(envelope)
+def _write_result(data: bytes) -> None:
+    view = memoryview(data)
     try:
         while view:
             view = view[os.write(RESULT_FD, view) :]
     except OSError:
         pass  # the parent reports a missing result; nothing else to do here
+
+
+def _finish(data: bytes) -> None:
+    _write_result(data)
     for stream in (sys.stdout, sys.stderr):
         # The plugin may have closed or replaced them; its output is not ours to save.
         with contextlib.suppress(OSError, ValueError):

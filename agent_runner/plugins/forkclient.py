@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_runner.errors import ConfinementUnavailable
-from agent_runner.plugins import wire
+from agent_runner.plugins import childenv, wire
 
 Mode = Literal["require", "prefer", "off"]
 READY_TIMEOUT_S = 15.0
 KILL_WAIT_S = 3.0
-ENV_ALLOWED = ("PATH", "LANG", "TZ")
 _BOOT = """\
 import importlib.util, json, sys
 _cfg = json.loads(sys.argv[1])
@@ -66,7 +65,7 @@ class ForkServer:
             "read_roots": read_roots,
             "locations": _module_locations(mode),
         }
-        env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith("LC_")}
+        env = childenv.allowed_environment(os.environ)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", _BOOT, json.dumps(config)],

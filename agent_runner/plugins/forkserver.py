@@ -185,13 +185,16 @@ def export_seccomp_bpf(policy: syscalls.Policy) -> bytes:
         if rule.action == policy.default:
             continue  # libseccomp refuses a rule that repeats the default (EACCES)
         action = actions.get(rule.action, syscalls.action_value(rule.action))
-        if rule.when is None:
+        if not rule.when:
             filt.add_rule(action, rule.nr)
-        elif rule.when.mask:
-            check = sc.Arg(rule.when.index, sc.MASKED_EQ, rule.when.mask, rule.when.value)
-            filt.add_rule(action, rule.nr, check)
-        else:
-            filt.add_rule(action, rule.nr, sc.Arg(rule.when.index, sc.EQ, rule.when.value))
+        for condition in rule.when:
+            checks = [
+                sc.Arg(check.index, sc.MASKED_EQ, check.mask, check.value)
+                if check.mask
+                else sc.Arg(check.index, sc.EQ, check.value)
+                for check in condition
+            ]
+            filt.add_rule(action, rule.nr, *checks)
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb") as sink:

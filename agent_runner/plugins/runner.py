@@ -93,13 +93,9 @@ class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def run_request(  # noqa: PLR0911 - one return per way a call can end
-    data: bytes, applied: dict[str, bool], abi: int, notes: list[str]
+    request: Mapping[str, Any], applied: dict[str, bool], abi: int, notes: list[str]
 ) -> bytes:
-    """Decode the request, import the plugin from its sources, call the hook: the envelope."""
-    try:
-        request = wire.decode_request(data)
-    except (wire.WireError, ValueError) as exc:
-        return wire.encode_envelope("refused", detail=f"bad request: {exc}")
+    """Import the plugin from the request's sources and call the hook: the result envelope."""
     family = request["family"]
     if family == "probe":
         return wire.encode_envelope("ok", _probe(applied, abi, notes))
@@ -147,7 +143,7 @@ def _probe(applied: dict[str, bool], abi: int, notes: list[str]) -> dict[str, An
         checks["fs"] = _blocked(lambda: os.listdir("/"))[0]
     if applied["seccomp"]:
         checks["seccomp"] = _blocked(lambda: socket.socket(socket.AF_UNIX).close())[0]
-    return {"landlock_abi": abi, **checks, "notes": "; ".join(notes)[:2000]}
+    return {"landlock_abi": abi, **checks, "notes": wire.escape_text("; ".join(notes))[:2000]}
 
 
 def _blocked(operation: Callable[[], object]) -> tuple[bool, str]:
@@ -177,11 +173,13 @@ def _selftest(operation: str, view: Mapping[str, Any]) -> bytes:
         "chmod": lambda: os.chmod(_scratch_file(), 0o777),  # noqa: S103 - the probe itself
     }
     if operation not in operations:
-        return wire.encode_envelope("refused", detail=f"unknown self-test {operation!r}")
+        return wire.encode_envelope("invalid", detail=f"unknown self-test {operation!r}")
     blocked, detail = _blocked(operations[operation])
     if operation == "tcp_connect" and "Connection refused" in detail:
         blocked = False  # the kernel let the connect through; nothing happened to listen
-    return wire.encode_envelope("ok", {"blocked": blocked, "detail": detail[:500]})
+    return wire.encode_envelope(
+        "ok", {"blocked": blocked, "detail": wire.escape_text(detail)[:500]}
+    )
 
 
 def _tcp_connect() -> None:

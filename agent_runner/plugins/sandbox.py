@@ -13,6 +13,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -42,7 +43,10 @@ TIMEZONE_DATA = ("/usr/share/zoneinfo", "/etc/localtime")
 # What a call may leave in its scratch; the foreground cleanup stops past the entry budget.
 MAX_SCRATCH_ENTRIES = 10_000
 MAX_SCRATCH_BYTES = 64 << 20
+# Removing the scratch is part of the call: it has until the call's deadline, and at least this.
+MIN_CLEANUP_S = 0.1
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -87,13 +91,18 @@ class CallResult:
 
 
 def classify(  # noqa: PLR0911 - one branch per distinguishable end of a call
-    family: str, outcome: Outcome, timeout_s: float
+    family: str, outcome: Outcome, timeout_s: float, *, seccomp: bool
 ) -> CallResult:
-    """Turn what was observed of a child into a CallResult (pure)."""
-    tail = _encodable(outcome.stderr[-wire.MAX_STDERR_BYTES :].decode("utf-8", "replace"))
+    """Turn what was observed of a child into a CallResult (pure).
+
+    `seccomp` says whether the call ran under the filter, which refuses every signal-sending
+    syscall: only then is a death by SIGSYS or SIGXCPU the kernel's verdict, not the plugin's.
+    """
+    stderr = outcome.stderr[-wire.MAX_STDERR_BYTES :].decode("utf-8", "replace")
+    tail = wire.escape_text(stderr, multiline=True)[-wire.MAX_STDERR_BYTES :]
 
     def failed(status: Status, detail: str, sig: str | None = None) -> CallResult:
-        return CallResult(status, None, _encodable(detail), sig, None, tail)
+        return CallResult(status, None, wire.escape_text(detail), sig, None, tail)
 
     if outcome.timed_out:
         return failed("timeout", f"no result within {timeout_s:g} s")
@@ -104,17 +113,17 @@ def classify(  # noqa: PLR0911 - one branch per distinguishable end of a call
     status = outcome.wait_status if outcome.wait_status is not None else 0
     if os.WIFSIGNALED(status):
         name = _signal_name(os.WTERMSIG(status))
-        if name == "SIGSYS":
+        if name == "SIGSYS" and seccomp:
             return failed("sandbox_kill", "killed by the seccomp filter", name)
-        if name == "SIGXCPU":
+        if name == "SIGXCPU" and seccomp:
             return failed("timeout", "CPU time limit reached", name)
         # Never "oom" from what the child printed: only the runner's own envelope says so.
         return failed("crash", f"killed by {name}", name)
     code = os.WEXITSTATUS(status)
-    if not outcome.result:
+    if outcome.result in (b"", wire.CONFINED_MARK):
         return failed("crash", f"exited with status {code} without a result")
     try:
-        kind, value, detail = wire.parse_envelope(family, outcome.result)
+        kind, value, detail = wire.parse_result(family, outcome.result)
     except wire.WireError as exc:
         return failed("invalid_result", str(exc)[:500])
     if kind == "ok" and code == 0:
@@ -125,11 +134,6 @@ def classify(  # noqa: PLR0911 - one branch per distinguishable end of a call
     if kind == "refused":
         return failed("crash", f"refused: {detail}")
     return failed("crash", f"exited with status {code}")
-
-
-def _encodable(text: str) -> str:
-    """`text` with anything UTF-8 cannot hold (lone surrogates from JSON) escaped."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _signal_name(number: int) -> str:
@@ -272,21 +276,24 @@ class Sandbox:
             scratch = self._make_scratch()
         except OSError as exc:
             return CallResult("crash", None, f"no scratch directory: {exc}", None, None, "")
+        deadline = time.monotonic() + timeout_s
+        seccomp = self._enforce["seccomp"]
         try:
             outcome = self._run(server, request, timeout_s, scratch, best_effort)
         finally:
-            removal = self._remove_scratch(scratch)
+            removal = self._remove_scratch(scratch, max(deadline, time.monotonic() + MIN_CLEANUP_S))
         if outcome.server_died:
             server.stop()
             self._server_dead = "the fork server died during a call"
             # Restart now; if that fails too, the next call retries and reports it.
             with contextlib.suppress(ConfinementUnavailable):
                 self._ensure_server()
-        return _with_scratch_verdict(classify(request.family, outcome, timeout_s), removal)
+        result = classify(request.family, outcome, timeout_s, seccomp=seccomp)
+        return _with_scratch_verdict(result, removal)
 
-    def _remove_scratch(self, scratch: Path) -> TreeRemoval:
-        """Remove a call's scratch within the entry budget; a longer job goes to a thread."""
-        removal = remove_tree(scratch, max_entries=MAX_SCRATCH_ENTRIES)
+    def _remove_scratch(self, scratch: Path, deadline: float) -> TreeRemoval:
+        """Remove a call's scratch within its budget and deadline; the rest goes to a thread."""
+        removal = remove_tree(scratch, max_entries=MAX_SCRATCH_ENTRIES, deadline=deadline)
         if not removal.done and removal.error is None:
             self._cleaners = [c for c in self._cleaners if c.is_alive()]
             cleaner = threading.Thread(
@@ -381,46 +388,87 @@ class TreeRemoval:
     entries: int = 0
     bytes: int = 0
     done: bool = False
+    out_of_time: bool = False
     error: str | None = None
 
 
 def _with_scratch_verdict(result: CallResult, removal: TreeRemoval) -> CallResult:
-    """The call's result, failed when it left too much in its scratch, noted when cleanup failed."""
+    """The call's result, failed when its scratch was over budget or not removed in time."""
     notes = []
-    over_budget = removal.entries > MAX_SCRATCH_ENTRIES or removal.bytes > MAX_SCRATCH_BYTES
-    if over_budget:
+    if removal.entries > MAX_SCRATCH_ENTRIES or removal.bytes > MAX_SCRATCH_BYTES:
         notes.append(
             f"left more than its scratch budget ({removal.entries} entries, "
             f"{removal.bytes} bytes; limits {MAX_SCRATCH_ENTRIES} entries, "
             f"{MAX_SCRATCH_BYTES} bytes)"
+        )
+    elif removal.out_of_time:
+        notes.append(
+            f"left more in its scratch than could be removed before its deadline "
+            f"({removal.entries} entries removed)"
         )
     if removal.error is not None:
         notes.append(f"scratch not removed: {removal.error}")
     if not notes:
         return result
     detail = "; ".join([result.detail, *notes] if result.detail else notes)
-    if over_budget and result.status == "ok":
+    if result.status == "ok":
         return replace(result, status="crash", value=None, detail=detail)
     return replace(result, detail=detail)
 
 
-def remove_tree(path: Path, max_entries: int | None = None) -> TreeRemoval:
+def remove_tree(
+    path: Path, max_entries: int | None = None, deadline: float | None = None
+) -> TreeRemoval:
     """Delete `path` and all beneath it, without recursion and without following symlinks.
 
-    Holds two descriptors at most whatever the depth; stops once more than `max_entries`
-    entries are gone (`done` False). Never raises: a failure is `error`.
+    Holds two descriptors at most whatever the depth. A directory its owner made unreadable
+    or unwritable (`mkdir(d, 0o300)`) is given its owner's rights back first: the files are
+    ours. Stops once more than `max_entries` entries are gone or at `deadline` (monotonic
+    clock), with `done` False. Never raises: a failure is `error`.
     """
     removal = TreeRemoval()
     try:
-        _remove_tree(str(path), removal, max_entries)
+        _remove_tree(str(path), removal, _Budget(max_entries, deadline))
     except Exception as exc:  # whatever a child left behind, cleanup never raises into a call
         removal.error = f"{type(exc).__name__}: {exc}"
     return removal
 
 
-def _remove_tree(path: str, removal: TreeRemoval, max_entries: int | None) -> None:
+@dataclass(frozen=True)
+class _Budget:
+    max_entries: int | None
+    deadline: float | None
+
+    def spent(self, removal: TreeRemoval) -> bool:
+        if self.max_entries is not None and removal.entries > self.max_entries:
+            return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            removal.out_of_time = True
+            return True
+        return False
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open a directory to list and empty it, restoring its owner's rwx first if they lack it."""
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        handle = os.open(name, _DIR_PATH_FLAGS, dir_fd=dir_fd)
+        try:
+            # An O_PATH descriptor cannot fchmod; its /proc link names exactly that inode.
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        finally:
+            os.close(handle)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    mode = os.fstat(fd).st_mode
+    if mode & 0o700 != 0o700:
+        os.fchmod(fd, (mode & 0o7777) | 0o700)
+    return fd
+
+
+def _remove_tree(path: str, removal: TreeRemoval, budget: _Budget) -> None:
+    try:
+        fd = _open_dir(path)
     except FileNotFoundError:
         removal.done = True
         return
@@ -434,18 +482,18 @@ def _remove_tree(path: str, removal: TreeRemoval, max_entries: int | None) -> No
     above: list[tuple[str, tuple[int, int], list[str]]] = []
     try:
         here = _identity(fd)
-        pending = _unlink_files(fd, removal, max_entries)
+        pending = _unlink_files(fd, removal, budget)
         while True:
-            if max_entries is not None and removal.entries > max_entries:
-                return  # over budget: the caller decides who removes the rest
+            if budget.spent(removal):
+                return  # over budget or out of time: the caller decides who removes the rest
             if pending:
                 name = pending.pop()
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                child = _open_dir(name, fd)
                 above.append((name, here, pending))
                 os.close(fd)
                 fd = child
                 here = _identity(fd)
-                pending = _unlink_files(fd, removal, max_entries)
+                pending = _unlink_files(fd, removal, budget)
                 continue
             if not above:
                 break
@@ -470,12 +518,12 @@ def _identity(fd: int) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _unlink_files(fd: int, removal: TreeRemoval, max_entries: int | None) -> list[str]:
-    """Unlink the non-directories in `fd` (up to the budget); return the subdirectories' names."""
+def _unlink_files(fd: int, removal: TreeRemoval, budget: _Budget) -> list[str]:
+    """Unlink the non-directories in `fd` (within the budget); return the subdirectories' names."""
     directories = []
     with os.scandir(fd) as entries:
         for entry in entries:
-            if max_entries is not None and removal.entries > max_entries:
+            if budget.spent(removal):
                 break
             if entry.is_dir(follow_symlinks=False):
                 directories.append(entry.name)

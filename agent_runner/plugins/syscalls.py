@@ -14,13 +14,32 @@ Action = Literal["allow", "eperm", "enosys", "kill"]
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
-CLONE_THREAD = 0x00010000
-# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
-CLONE_NAMESPACES = (
-    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
-)
-# Stands for the child's own pid in argument checks; above pid_max, so never a real pid.
-SELF_PID = 0x3FFFFFF1
+# ioctl requests a hook's interpreter makes (measured: TCGETS from isatty() on every open());
+# the rest of the ioctl space changes files or descriptors behind Landlock's back.
+IOCTL_ALLOWED = {
+    "TCGETS": 0x5401,  # isatty(): io.open() asks on every file it opens
+    "TIOCGWINSZ": 0x5413,  # os.get_terminal_size(), shutil
+    "FIONREAD": 0x541B,  # bytes waiting on a pipe or file
+    "FIONCLEX": 0x5450,  # os.set_inheritable(fd, True)
+    "FIOCLEX": 0x5451,  # os.set_inheritable(fd, False)
+}
+# fcntl commands that only read or set a descriptor's own flags, or take advisory locks that
+# die with the call; leases, directory notification, owners and signals are left out.
+FCNTL_ALLOWED = {
+    "F_DUPFD": 0,
+    "F_GETFD": 1,
+    "F_SETFD": 2,
+    "F_GETFL": 3,
+    "F_SETFL": 4,
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_DUPFD_CLOEXEC": 1030,
+    "F_GETPIPE_SZ": 1032,
+}
 
 SECCOMP_RET_KILL_PROCESS = 0x80000000
 SECCOMP_RET_ERRNO = 0x00050000
@@ -38,22 +57,29 @@ _INSN = struct.Struct("=HBBI")
 
 @dataclass(frozen=True)
 class ArgCheck:
-    """The rule's action applies only when `(arg[index] & mask) == value` (mask 0: no mask)."""
+    """Holds when `(arg[index] & mask) == value` (mask 0: the whole 64-bit argument)."""
 
     index: int
     value: int
     mask: int = 0
 
 
+Condition = tuple[ArgCheck, ...]  # every check holds
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One syscall, what happens when the child makes it, and why."""
+    """One syscall, what happens when the child makes it, and why.
+
+    With `when`, the action applies only if one of the conditions holds; otherwise the
+    policy's default does.
+    """
 
     name: str
     nr: int
     action: Action
     reason: str
-    when: ArgCheck | None = None
+    when: tuple[Condition, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,7 +105,7 @@ _ALLOW_IO = _rules(
     "file and pipe I/O on descriptors and paths Landlock already confines",
     "read=0 write=1 open=2 close=3 stat=4 fstat=5 lstat=6 poll=7 lseek=8 pread64=17 "
     "pwrite64=18 readv=19 writev=20 access=21 pipe=22 select=23 dup=32 dup2=33 "
-    "fcntl=72 flock=73 fsync=74 fdatasync=75 truncate=76 ftruncate=77 getdents=78 "
+    "flock=73 fsync=74 fdatasync=75 truncate=76 ftruncate=77 getdents=78 "
     "getcwd=79 chdir=80 fchdir=81 rename=82 mkdir=83 rmdir=84 creat=85 link=86 "
     "unlink=87 symlink=88 readlink=89 umask=95 statfs=137 fstatfs=138 getdents64=217 "
     "fadvise64=221 openat=257 mkdirat=258 newfstatat=262 unlinkat=263 renameat=264 "
@@ -97,8 +123,8 @@ _ALLOW_MEMORY = _rules(
 )
 _ALLOW_RUNTIME = _rules(
     "allow",
-    "signals to itself, threads, time and identity queries the runtime makes",
-    "rt_sigaction=13 rt_sigprocmask=14 rt_sigreturn=15 ioctl=16 sched_yield=24 pause=34 "
+    "signal handling, time and identity queries the runtime makes",
+    "rt_sigaction=13 rt_sigprocmask=14 rt_sigreturn=15 sched_yield=24 pause=34 "
     "nanosleep=35 getitimer=36 alarm=37 setitimer=38 getpid=39 exit=60 wait4=61 "
     "uname=63 gettimeofday=96 getrlimit=97 getrusage=98 sysinfo=99 times=100 getuid=102 "
     "getgid=104 geteuid=107 getegid=108 getppid=110 getpgrp=111 getgroups=115 "
@@ -125,12 +151,17 @@ _KILL = _rules(
 _EPERM = (
     *_rules("eperm", "no sockets: no network, no pathname unix sockets", "socket=41 socketpair=53"),
     *_rules("eperm", "no new programs", "execve=59 execveat=322"),
-    *_rules("eperm", "no new processes", "fork=57 vfork=58"),
+    *_rules(
+        "eperm",
+        "one task per call: no processes and no threads (a call is bounded to its one task)",
+        "fork=57 vfork=58 clone=56",
+    ),
     *_rules("eperm", "anonymous executable-capable files", "memfd_create=319"),
     *_rules(
         "eperm",
-        "no signals outside itself",
-        "pidfd_send_signal=424 rt_sigqueueinfo=129 rt_tgsigqueueinfo=297",
+        "no signals at all: nobody to signal, and a signal to itself could fake how the call ended",
+        "kill=62 tkill=200 tgkill=234 pidfd_send_signal=424 rt_sigqueueinfo=129 "
+        "rt_tgsigqueueinfo=297",
     ),
     *_rules(
         "eperm",
@@ -141,18 +172,30 @@ _EPERM = (
 )
 _CONDITIONAL = (
     Rule(
-        "clone",
-        56,
+        "ioctl",
+        16,
         "allow",
-        "threads only, in no new namespace: anything else is a new process (EPERM)",
-        ArgCheck(0, CLONE_THREAD, CLONE_THREAD | CLONE_NAMESPACES),
+        "only the requests in IOCTL_ALLOWED (EPERM for the rest)",
+        tuple((ArgCheck(1, request),) for request in IOCTL_ALLOWED.values()),
     ),
-    Rule("kill", 62, "allow", "only at its own pid (EPERM elsewhere)", ArgCheck(0, SELF_PID)),
-    Rule("tkill", 200, "allow", "only at its own main thread", ArgCheck(0, SELF_PID)),
-    Rule("tgkill", 234, "allow", "only inside its own thread group", ArgCheck(0, SELF_PID)),
-    Rule("prlimit64", 302, "allow", "its own limits only (pid 0)", ArgCheck(0, 0)),
+    Rule(
+        "fcntl",
+        72,
+        "allow",
+        "only the commands in FCNTL_ALLOWED (EPERM for the rest)",
+        tuple((ArgCheck(1, command),) for command in FCNTL_ALLOWED.values()),
+    ),
+    Rule(
+        "prlimit64",
+        302,
+        "allow",
+        "reading its own limits only (pid 0, no new limit): lowering one could fake an ending",
+        ((ArgCheck(0, 0), ArgCheck(2, 0)),),
+    ),
 )
-_ENOSYS = (Rule("clone3", 435, "enosys", "ENOSYS so libc falls back to clone, which is checked"),)
+_ENOSYS = (
+    Rule("clone3", 435, "enosys", "ENOSYS, as on an older kernel: libc then tries clone (EPERM)"),
+)
 # The highest x86_64 syscall number this table was written against (file_setattr, Linux 6.17).
 MAX_KNOWN_NR_X86_64 = 469
 
@@ -186,18 +229,6 @@ def guard_prefix(policy: Policy) -> bytes:
         (_BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
     ]
     return b"".join(_INSN.pack(*insn) for insn in insns)
-
-
-def bind_self_pid(program: bytes, pid: int) -> bytes:
-    """Replace the SELF_PID placeholder in every JEQ of a BPF program with `pid`."""
-    if len(program) % _INSN.size:
-        raise ValueError("BPF program length is not a multiple of 8")
-    out = bytearray(program)
-    for offset in range(0, len(out), _INSN.size):
-        code, jt, jf, k = _INSN.unpack_from(out, offset)
-        if code == _BPF_JMP_JEQ_K and k == SELF_PID:
-            _INSN.pack_into(out, offset, code, jt, jf, pid)
-    return bytes(out)
 
 
 def rule_for(policy: Policy, name: str) -> Rule | None:

@@ -1,7 +1,7 @@
 """What crosses the trampoline: the call request, the child's result envelope, and their schemas.
 
-Both sides use this module; the parent trusts nothing the child wrote until `parse_envelope`
-accepted it (exact keys, types, bounds, finite numbers).
+Both sides use this module; the parent trusts nothing the child wrote until `parse_result`
+accepted it (exact keys, types, bounds, finite numbers, UTF-8, and one rule for every string).
 """
 
 from __future__ import annotations
@@ -28,8 +28,21 @@ MAX_LIST_ITEMS = 1000
 MAX_EVENTS = 100
 HOOK_FAMILIES = ("spawn", "dirty", "observe")
 FAMILIES = ("describe", *HOOK_FAMILIES, "selftest", "probe")
-ENVELOPE_STATUSES = ("ok", "raised", "invalid", "oom", "refused")
+ENVELOPE_STATUSES = ("ok", "raised", "invalid", "oom")
+# The first byte on the result descriptor, written by the child's own code before any plugin
+# code can run: a refusal (then the child exits), or the promise that an envelope follows.
+REFUSED_MARK = b"R"
+CONFINED_MARK = b"C"
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# What no plugin string may hold: C0 and C1 controls and DEL (every terminal escape starts
+# with ESC or CSI), line and paragraph separators, bidirectional marks, embeddings, overrides
+# and isolates, and lone surrogates (no UTF-8 line can hold one).
+_UNSAFE_CHARS = (
+    r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+)
+_UNSAFE = re.compile(f"[{_UNSAFE_CHARS}]")
+# Multi-line text (a commit message, a traceback) may also hold newlines and tabs.
+_UNSAFE_MULTILINE = re.compile(rf"(?![\n\t])[{_UNSAFE_CHARS}]")
 
 
 class WireError(ValueError):
@@ -64,7 +77,16 @@ def decode_request(data: bytes) -> dict[str, Any]:
 
 
 def loads_strict(data: bytes | str) -> Any:
-    """json.loads refusing NaN, infinities, overflowing floats, huge integers, duplicate keys."""
+    """json.loads refusing NaN, infinities, huge numbers, duplicate keys, and bytes not UTF-8.
+
+    json.loads would guess UTF-16 or UTF-32 from bytes and skip a byte-order mark: neither is
+    accepted here.
+    """
+    if isinstance(data, bytes | bytearray):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WireError(f"not JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
     def reject_constant(name: str) -> Any:
         raise WireError(f"non-finite number {name}")
@@ -107,15 +129,37 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def encode_envelope(status: str, value: Any = None, detail: str = "") -> bytes:
-    """What the child writes on its result descriptor."""
+    """What the child writes on its result descriptor after CONFINED_MARK."""
     envelope = {"status": status, "value": value, "detail": detail[:MAX_MESSAGE_CHARS]}
     return json.dumps(envelope, allow_nan=False, separators=(",", ":")).encode()
 
 
-def parse_envelope(family: str, data: bytes) -> tuple[str, Any, str]:
-    """Validate the child's envelope: (status, value, detail); the value only when status is ok."""
+def encode_refusal(detail: str) -> bytes:
+    """What the child's confinement code writes, instead of CONFINED_MARK, to refuse a call."""
+    return REFUSED_MARK + json.dumps(escape_text(detail[:MAX_MESSAGE_CHARS])).encode()
+
+
+def parse_result(family: str, data: bytes) -> tuple[str, Any, str]:
+    """Read the whole result descriptor: ("refused", None, why) or the parsed envelope.
+
+    Only the child's confinement code, before any plugin code runs, can write the first
+    byte: whatever a plugin writes comes after CONFINED_MARK, and no envelope says "refused".
+    """
     if len(data) > MAX_RESULT_BYTES:
         raise WireError(f"result larger than {MAX_RESULT_BYTES} bytes")
+    mark, rest = data[:1], data[1:]
+    if mark == REFUSED_MARK:
+        detail = loads_strict(rest)
+        if not isinstance(detail, str):
+            raise WireError("refusal detail must be a string")
+        return "refused", None, detail
+    if mark != CONFINED_MARK:
+        raise WireError("result does not start with the confinement mark")
+    return parse_envelope(family, rest)
+
+
+def parse_envelope(family: str, data: bytes) -> tuple[str, Any, str]:
+    """Validate one envelope: (status, value, detail); the value only when status is ok."""
     envelope = loads_strict(data)
     _expect_keys(envelope, {"status", "value", "detail"}, "result envelope")
     status, value, detail = envelope["status"], envelope["value"], envelope["detail"]
@@ -141,8 +185,15 @@ def _validate_describe(value: Any) -> None:
     keys = {"name", "spawn_hooks", "dirty_handlers", "round_observers", "event_kinds"}
     _expect_keys(value, keys, "describe result")
     _expect_str(value["name"], "name", MAX_NAME_CHARS)
-    for key in keys - {"name"}:
+    for key in ("spawn_hooks", "dirty_handlers", "round_observers"):
         _expect_str_list(value[key], key, MAX_NAME_CHARS)
+        for name in value[key]:
+            if not name.isidentifier():
+                raise WireError(f"{key}: hook name {name!r} is not an identifier")
+    _expect_str_list(value["event_kinds"], "event_kinds", MAX_NAME_CHARS)
+    for kind in value["event_kinds"]:
+        if not _EVENT_KIND.fullmatch(kind):
+            raise WireError(f"bad event kind {kind!r}")
 
 
 def _validate_spawn(value: Any) -> None:
@@ -157,7 +208,7 @@ def _validate_dirty(value: Any) -> None:
     _expect_keys(value, {"action", "message", "paths"}, "dirty result")
     if value["action"] not in ("stash", "commit", "ignore"):
         raise WireError(f"unknown dirty action {value['action']!r}")
-    _expect_str(value["message"], "message", MAX_MESSAGE_CHARS)
+    _expect_str(value["message"], "message", MAX_MESSAGE_CHARS, multiline=True)
     _expect_str_list(value["paths"], "paths", 4096)
 
 
@@ -217,18 +268,27 @@ def _expect_keys(value: Any, keys: set[str], what: str) -> None:
         raise WireError(f"{what} keys: extra {extra}, missing {missing}")
 
 
-def _expect_str(value: Any, what: str, limit: int) -> None:
+def _expect_str(value: Any, what: str, limit: int, *, multiline: bool = False) -> None:
     if not isinstance(value, str) or len(value) > limit:
         raise WireError(f"{what} must be a string of at most {limit} characters")
-    _expect_unicode(value, what)
+    check_text(value, what, multiline=multiline)
 
 
-def _expect_unicode(value: str, what: str) -> None:
-    # JSON can carry lone surrogates ("\ud800") that no UTF-8 log line can hold.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise WireError(f"{what} is not valid Unicode") from None
+def check_text(value: str, what: str, *, multiline: bool = False) -> None:
+    """The one rule for a plugin's string: no character that could steer a terminal or a log."""
+    found = (_UNSAFE_MULTILINE if multiline else _UNSAFE).search(value)
+    if found is not None:
+        raise WireError(f"{what} holds the control or formatting character {_escape(found)}")
+
+
+def escape_text(text: str, *, multiline: bool = False) -> str:
+    """`text` with every character the string rule refuses written as a visible escape."""
+    return (_UNSAFE_MULTILINE if multiline else _UNSAFE).sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _expect_str_list(value: Any, what: str, limit: int) -> None:
@@ -252,7 +312,7 @@ def _expect_plain(value: Any, depth: int) -> None:
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, str):
-        _expect_unicode(value, "string")
+        check_text(value, "string")
         return
     if isinstance(value, int | float):
         _expect_number(value, "number", -(2**63), 2**63 - 1)
@@ -263,7 +323,7 @@ def _expect_plain(value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise WireError("object keys must be strings")
-            _expect_unicode(key, "object key")
+            check_text(key, "object key")
             _expect_plain(item, depth + 1)
     else:
         raise WireError(f"not plain JSON: {type(value).__name__}")

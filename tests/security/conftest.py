@@ -1,13 +1,17 @@
-"""Hostile plugins run through the real trampoline on the real kernel.
+"""Hostile plugins run through the real trampoline on the real kernel, in both modes.
 
-On a host that can confine (Landlock in the kernel, or AGENT_RUNNER_REQUIRE_CONFINEMENT=1)
-these fail, never skip, when the sandbox does not engage.
+Every sandbox fixture runs each test twice: with the supervisor as root, and as an unused
+non-root uid (`harness.AsUser`, the `systemctl --user` case). On a host that can confine
+(Landlock in the kernel, or AGENT_RUNNER_REQUIRE_CONFINEMENT=1) these fail, never skip,
+when the sandbox does not engage.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +21,8 @@ import pytest
 
 from agent_runner.errors import ConfinementUnavailable
 from agent_runner.plugins.sandbox import CallRequest, CallResult, Sandbox
-from tests.fakes import RecordedEvents
+from tests.security import harness
+from tests.security.harness import InProcess
 
 SECRET_NAME = "AGENT_RUNNER_TEST_API_KEY"
 SECRET_VALUE = "sk-test-5f1c0a9d7e3b"
@@ -50,7 +55,7 @@ def plugin_sources(body: str, name: str = "hostile") -> dict[str, bytes]:
 
 
 def run_hook(
-    sandbox: Sandbox,
+    sandbox: InProcess | Sandbox,
     body: str,
     *,
     family: str = "spawn",
@@ -77,24 +82,35 @@ def hook(view):
 """
 
 
-def _start(mode: str) -> tuple[Sandbox, RecordedEvents]:
+def _start(mode: harness.Mode, sandbox_mode: str) -> InProcess:
     os.environ[SECRET_NAME] = SECRET_VALUE
-    events = RecordedEvents()
-    sandbox = Sandbox(mode, emit=events, hook_timeout_s=5.0)  # type: ignore[arg-type]
+    sandbox = harness.start(mode, sandbox_mode, hook_timeout_s=5.0)
     try:
         sandbox.start()
     except ConfinementUnavailable as exc:
+        sandbox.close()
         # A host whose kernel offers Landlock must confine: there, degradation is a failure.
         if REQUIRE_CONFINEMENT or host_offers_landlock():
             pytest.fail(f"this host can confine but the sandbox is degraded: {exc}")
         pytest.skip(f"no Landlock in this kernel, nothing to attack: {exc}")
-    return sandbox, events
+    return sandbox
 
 
-@pytest.fixture(scope="module")
-def confined() -> Iterator[Sandbox]:
+@pytest.fixture(scope="module", params=harness.MODES)
+def confined(request: pytest.FixtureRequest) -> Iterator[InProcess]:
     """A require-mode sandbox; after every test in the module a normal call still succeeds."""
-    sandbox, _ = _start("require")
+    sandbox = _start(request.param, "require")
+    yield sandbox
+    try:
+        assert run_hook(sandbox, NOOP).status == "ok"
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(scope="module", params=harness.MODES)
+def unconfined(request: pytest.FixtureRequest) -> Iterator[InProcess]:
+    """An off-mode sandbox: out of process, limits and deadlines, but no Landlock or seccomp."""
+    sandbox = _start(request.param, "off")
     yield sandbox
     try:
         assert run_hook(sandbox, NOOP).status == "ok"
@@ -103,19 +119,30 @@ def confined() -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
-def unconfined() -> Iterator[Sandbox]:
-    """An off-mode sandbox: out of process, limits and deadlines, but no Landlock or seccomp."""
-    sandbox, _ = _start("off")
+def unconfined_as_root() -> Iterator[InProcess]:
+    """An off-mode sandbox with the supervisor as root, for what only root bounds."""
+    sandbox = _start("root", "off")
     yield sandbox
-    try:
-        assert run_hook(sandbox, NOOP).status == "ok"
-    finally:
-        sandbox.close()
+    sandbox.close()
+
+
+@pytest.fixture(params=harness.MODES)
+def fresh(request: pytest.FixtureRequest) -> Iterator[InProcess]:
+    """A sandbox of its own, for tests that break the fork server or fill the scratch root."""
+    sandbox = _start(request.param, "require")
+    yield sandbox
+    sandbox.close()
 
 
 @pytest.fixture
-def fresh() -> Iterator[tuple[Sandbox, RecordedEvents]]:
-    """A sandbox of its own, for tests that break the fork server."""
-    sandbox, events = _start("require")
-    yield sandbox, events
-    sandbox.close()
+def shared_dir(confined: InProcess) -> Iterator[Path]:
+    """A directory outside every root that the plugin's uid owns, as a work tree would be.
+
+    Owned by the uid plugin code runs as, so ordinary permissions never stand in for the
+    sandbox: only the sandbox can be what refuses a change to it.
+    """
+    path = Path(tempfile.mkdtemp(prefix="agent-runner-shared-"))
+    path.chmod(0o755)
+    os.chown(path, confined.child_uid, confined.child_uid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent_runner.plugins.forkserver import SHARED_PACKAGE_DIRS
-from agent_runner.plugins.sandbox import Sandbox
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, run_hook
+from tests.security.harness import InProcess
 
 EPERM_DETAIL = "[Errno 1]"
 EACCES_DETAIL = "[Errno 13]"
@@ -38,7 +38,7 @@ def assert_raised(result: object, needle: str) -> None:
     assert needle in getattr(result, "detail", ""), result
 
 
-def test_probe_reports_the_full_tier(confined: Sandbox) -> None:
+def test_probe_reports_the_full_tier(confined: InProcess) -> None:
     assert confined.report is not None
     report = confined.report.to_dict()
     assert report["tier"] == "full"
@@ -49,13 +49,13 @@ def test_probe_reports_the_full_tier(confined: Sandbox) -> None:
     assert report["scope"] is (report["landlock_abi"] >= 6)
 
 
-def test_self_test_reports_every_operation_blocked(confined: Sandbox) -> None:
+def test_self_test_reports_every_operation_blocked(confined: InProcess) -> None:
     report = confined.self_test()
     assert set(report) >= {"read_outside", "write_outside", "tcp_connect", "exec", "fork"}
     assert all(report.values()), report
 
 
-def test_plugin_cannot_open_a_tcp_socket(confined: Sandbox) -> None:
+def test_plugin_cannot_open_a_tcp_socket(confined: InProcess) -> None:
     body = """
     import socket
     def hook(view):
@@ -64,7 +64,7 @@ def test_plugin_cannot_open_a_tcp_socket(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_open_a_unix_socket(confined: Sandbox) -> None:
+def test_plugin_cannot_open_a_unix_socket(confined: InProcess) -> None:
     body = """
     import socket
     def hook(view):
@@ -73,7 +73,7 @@ def test_plugin_cannot_open_a_unix_socket(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_create_a_socketpair(confined: Sandbox) -> None:
+def test_plugin_cannot_create_a_socketpair(confined: InProcess) -> None:
     body = """
     import socket
     def hook(view):
@@ -82,7 +82,7 @@ def test_plugin_cannot_create_a_socketpair(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_exec_a_program(confined: Sandbox) -> None:
+def test_plugin_cannot_exec_a_program(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.execv("/bin/sh", ["sh", "-c", "id > /tmp/pwned"])
@@ -90,7 +90,7 @@ def test_plugin_cannot_exec_a_program(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_fork(confined: Sandbox) -> None:
+def test_plugin_cannot_fork(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.fork()
@@ -98,7 +98,7 @@ def test_plugin_cannot_fork(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_fork_bomb_stops_at_the_first_fork(confined: Sandbox) -> None:
+def test_fork_bomb_stops_at_the_first_fork(confined: InProcess) -> None:
     body = """
     def hook(view):
         while True:
@@ -107,7 +107,7 @@ def test_fork_bomb_stops_at_the_first_fork(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_can_start_a_thread(confined: Sandbox) -> None:
+def test_plugin_cannot_start_a_thread(confined: InProcess) -> None:
     body = """
     import threading
     def hook(view):
@@ -117,11 +117,11 @@ def test_plugin_can_start_a_thread(confined: Sandbox) -> None:
         return SpawnDecision.skip(str(box))
     """
     result = run_hook(confined, body)
-    assert result.status == "ok", result
-    assert result.value["reason"] == "[42]"
+    assert result.status == "raised", result
+    assert result.detail == "RuntimeError: can't start new thread"
 
 
-def test_plugin_cannot_signal_the_supervisor(confined: Sandbox) -> None:
+def test_plugin_cannot_signal_the_supervisor(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.kill(view.parent_pid, signal.SIGTERM)
@@ -129,7 +129,7 @@ def test_plugin_cannot_signal_the_supervisor(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_signal_the_fork_server(confined: Sandbox) -> None:
+def test_plugin_cannot_signal_the_fork_server(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.kill(os.getppid(), signal.SIGKILL)
@@ -137,15 +137,35 @@ def test_plugin_cannot_signal_the_fork_server(confined: Sandbox) -> None:
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_may_signal_itself(confined: Sandbox) -> None:
-    body = """
+@pytest.mark.parametrize(
+    "send",
+    [
+        "os.kill(os.getpid(), signal.SIGUSR1)",
+        "signal.raise_signal(signal.SIGUSR1)",
+        "signal.pthread_kill(__import__('threading').get_ident(), signal.SIGUSR1)",
+        "libc.syscall(200, os.getpid(), signal.SIGUSR1)",  # tkill
+        "libc.syscall(234, os.getpid(), os.getpid(), signal.SIGUSR1)",  # tgkill
+        "libc.syscall(129, os.getpid(), signal.SIGUSR1, 0)",  # rt_sigqueueinfo
+        "libc.syscall(297, os.getpid(), os.getpid(), signal.SIGUSR1, 0)",  # rt_tgsigqueueinfo
+        "libc.syscall(424, os.pidfd_open(os.getpid()), signal.SIGUSR1, 0, 0)",  # pidfd_send_signal
+    ],
+)
+def test_plugin_cannot_signal_even_itself(confined: InProcess, send: str) -> None:
+    body = f"""
     def hook(view):
-        signal.signal(signal.SIGUSR1, lambda *a: None)
-        os.kill(os.getpid(), signal.SIGUSR1)
-        signal.raise_signal(signal.SIGUSR1)
-        return SpawnDecision.proceed()
+        received = []
+        signal.signal(signal.SIGUSR1, lambda *a: received.append(1))
+        try:
+            rc = {send}
+        except OSError as exc:
+            rc, err = -1, exc.errno
+        else:
+            err = ctypes.get_errno() if rc == -1 else 0
+        return SpawnDecision.skip(f"{{rc}} {{err}} {{received}}")
     """
-    assert run_hook(confined, body).status == "ok"
+    result = run_hook(confined, body)
+    assert result.status == "ok", result
+    assert result.value["reason"] == "-1 1 []"
 
 
 @pytest.mark.parametrize(
@@ -178,7 +198,7 @@ def test_plugin_may_signal_itself(confined: Sandbox) -> None:
         ("open_by_handle_at", 304),
     ],
 )
-def test_escape_syscall_kills_the_child(confined: Sandbox, name: str, number: int) -> None:
+def test_escape_syscall_kills_the_child(confined: InProcess, name: str, number: int) -> None:
     body = f"""
     def hook(view):
         libc.syscall({number}, 0, 0, 0, 0, 0)
@@ -189,7 +209,7 @@ def test_escape_syscall_kills_the_child(confined: Sandbox, name: str, number: in
     assert result.signal == "SIGSYS"
 
 
-def test_32bit_syscall_entry_kills_the_child(confined: Sandbox) -> None:
+def test_32bit_syscall_entry_kills_the_child(confined: InProcess) -> None:
     body = """
     def hook(view):
         libc.mmap.restype = ctypes.c_void_p
@@ -207,7 +227,7 @@ def test_32bit_syscall_entry_kills_the_child(confined: Sandbox) -> None:
 
 @pytest.mark.parametrize(("number", "expected_errno"), [(435, 38), (470, 38), (1000, 38)])
 def test_unknown_or_new_syscalls_fail_with_enosys(
-    confined: Sandbox, number: int, expected_errno: int
+    confined: InProcess, number: int, expected_errno: int
 ) -> None:
     body = f"""
     def hook(view):
@@ -229,7 +249,7 @@ def test_unknown_or_new_syscalls_fail_with_enosys(
         "libc.syscall(424, 3, 9, 0, 0)",  # pidfd_send_signal
     ],
 )
-def test_metadata_changes_and_memfd_are_refused(confined: Sandbox, call: str) -> None:
+def test_metadata_changes_and_memfd_are_refused(confined: InProcess, call: str) -> None:
     body = f"""
     def hook(view):
         path = os.path.join(os.environ["TMPDIR"], "f")
@@ -240,25 +260,25 @@ def test_metadata_changes_and_memfd_are_refused(confined: Sandbox, call: str) ->
     assert_raised(run_hook(confined, body), EPERM_DETAIL)
 
 
-def test_plugin_cannot_read_files_outside_its_roots(confined: Sandbox, outside_dir: Path) -> None:
+def test_plugin_cannot_read_files_outside_its_roots(confined: InProcess, outside_dir: Path) -> None:
     body = f"""
     def hook(view):
-        return SpawnDecision.skip(open({str(outside_dir / "id_ed25519")!r}).read())
+        return SpawnDecision.skip(open({str(outside_dir / "id_ed25519")!r}).read().strip())
     """
     assert_raised(run_hook(confined, body), EACCES_DETAIL)
 
 
-def test_a_read_root_makes_the_same_file_readable(confined: Sandbox, outside_dir: Path) -> None:
+def test_a_read_root_makes_the_same_file_readable(confined: InProcess, outside_dir: Path) -> None:
     body = f"""
     def hook(view):
-        return SpawnDecision.skip(open({str(outside_dir / "id_ed25519")!r}).read())
+        return SpawnDecision.skip(open({str(outside_dir / "id_ed25519")!r}).read().strip())
     """
     result = run_hook(confined, body, read_roots=(outside_dir,))
     assert result.status == "ok", result
     assert "PRIVATE KEY" in result.value["reason"]
 
 
-def test_plugin_cannot_list_the_root_directory_or_home(confined: Sandbox) -> None:
+def test_plugin_cannot_list_the_root_directory_or_home(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.listdir("/root/.ssh" if os.path.exists("/root/.ssh") else "/")
@@ -268,7 +288,7 @@ def test_plugin_cannot_list_the_root_directory_or_home(confined: Sandbox) -> Non
     assert EACCES_DETAIL in result.detail or "PermissionError" in result.detail
 
 
-def test_plugin_cannot_write_outside_its_scratch(confined: Sandbox, outside_dir: Path) -> None:
+def test_plugin_cannot_write_outside_its_scratch(confined: InProcess, outside_dir: Path) -> None:
     body = f"""
     def hook(view):
         open({str(outside_dir / "planted")!r}, "w").write("x")
@@ -277,7 +297,7 @@ def test_plugin_cannot_write_outside_its_scratch(confined: Sandbox, outside_dir:
     assert not (outside_dir / "planted").exists()
 
 
-def test_plugin_cannot_write_inside_a_read_root(confined: Sandbox, outside_dir: Path) -> None:
+def test_plugin_cannot_write_inside_a_read_root(confined: InProcess, outside_dir: Path) -> None:
     body = f"""
     def hook(view):
         open({str(outside_dir / "planted")!r}, "w").write("x")
@@ -285,7 +305,7 @@ def test_plugin_cannot_write_inside_a_read_root(confined: Sandbox, outside_dir: 
     assert_raised(run_hook(confined, body, read_roots=(outside_dir,)), EACCES_DETAIL)
 
 
-def test_plugin_can_write_its_scratch(confined: Sandbox) -> None:
+def test_plugin_can_write_its_scratch(confined: InProcess) -> None:
     body = """
     import pathlib
     def hook(view):
@@ -299,7 +319,7 @@ def test_plugin_can_write_its_scratch(confined: Sandbox) -> None:
     assert result.value["reason"] == "kept"
 
 
-def test_plugin_cannot_read_the_supervisor_environment(confined: Sandbox) -> None:
+def test_plugin_cannot_read_the_supervisor_environment(confined: InProcess) -> None:
     body = """
     def hook(view):
         return SpawnDecision.skip(open(f"/proc/{view.parent_pid}/environ").read())
@@ -307,7 +327,7 @@ def test_plugin_cannot_read_the_supervisor_environment(confined: Sandbox) -> Non
     assert_raised(run_hook(confined, body), EACCES_DETAIL)
 
 
-def test_supervisor_secrets_are_not_in_the_child_environment(confined: Sandbox) -> None:
+def test_supervisor_secrets_are_not_in_the_child_environment(confined: InProcess) -> None:
     body = """
     def hook(view):
         return DirtyIntent.ignore(json.dumps(dict(os.environ)))
@@ -321,29 +341,28 @@ def test_supervisor_secrets_are_not_in_the_child_environment(confined: Sandbox) 
     assert env["HOME"] == env["TMPDIR"]
 
 
-def test_fork_server_never_held_the_secrets(confined: Sandbox) -> None:
-    server = confined._server
-    assert server is not None
-    environ = Path(f"/proc/{server.process.pid}/environ").read_bytes()
+def test_fork_server_never_held_the_secrets(confined: InProcess) -> None:
+    environ = Path(f"/proc/{confined.server_pid}/environ").read_bytes()
     assert SECRET_VALUE.encode() not in environ
     assert SECRET_NAME.encode() not in environ
 
 
-def test_child_runs_unprivileged_when_the_supervisor_is_root(confined: Sandbox) -> None:
+def test_child_runs_as_nobody_under_root_and_as_the_user_otherwise(confined: InProcess) -> None:
     body = """
     def hook(view):
-        status = {}
         return SpawnDecision.skip(f"{os.getresuid()} {os.getresgid()} {os.getgroups()}")
     """
     result = run_hook(confined, body)
     assert result.status == "ok", result
-    if os.geteuid() == 0:
-        assert result.value["reason"] == "(65534, 65534, 65534) (65534, 65534, 65534) []"
+    uid = confined.child_uid
+    assert uid == (65534 if confined.mode == "root" else confined.supervisor_uid) != 0
+    assert result.value["reason"] == f"{(uid,) * 3} {(uid,) * 3} []"
 
 
 def test_swapped_files_and_planted_bytecode_on_disk_never_run(
-    confined: Sandbox, tmp_path: Path
+    confined: InProcess, shared_dir: Path
 ) -> None:
+    tmp_path = shared_dir
     package = tmp_path / "hostile"
     (package / "__pycache__").mkdir(parents=True)
     (package / "__init__.py").write_text("raise SystemExit('disk copy ran')\n")
@@ -360,7 +379,10 @@ def test_swapped_files_and_planted_bytecode_on_disk_never_run(
     assert os.listdir(package / "__pycache__") == ["__init__.cpython-311.pyc"]
 
 
-def test_plugin_cannot_import_modules_from_a_read_root(confined: Sandbox, tmp_path: Path) -> None:
+def test_plugin_cannot_import_modules_from_a_read_root(
+    confined: InProcess, shared_dir: Path
+) -> None:
+    tmp_path = shared_dir
     (tmp_path / "evil_helper.py").write_text("VALUE = 1\n")
     tmp_path.chmod(0o755)
     body = """
@@ -372,20 +394,11 @@ def test_plugin_cannot_import_modules_from_a_read_root(confined: Sandbox, tmp_pa
     assert "ModuleNotFoundError" in result.detail
 
 
-def _readable_by_the_child(path: str) -> bool:
-    """Whether ordinary permissions let the call child read `path` (it runs as nobody as root)."""
-    if os.geteuid() != 0:
-        return os.access(path, os.R_OK)
-    target = Path(path)
-    ancestors_traversable = all(p.stat().st_mode & stat.S_IXOTH for p in target.parents)
-    return ancestors_traversable and bool(target.stat().st_mode & stat.S_IROTH)
-
-
-def test_installed_distributions_are_unreadable_but_the_stdlib_is_not(confined: Sandbox) -> None:
+def test_installed_distributions_are_unreadable_but_the_stdlib_is_not(confined: InProcess) -> None:
     click_spec, json_spec = importlib.util.find_spec("click"), importlib.util.find_spec("json")
     assert click_spec is not None and click_spec.origin is not None
     assert json_spec is not None and json_spec.origin is not None
-    assert _readable_by_the_child(click_spec.origin), "only Landlock may be what refuses it"
+    assert confined.child_can_read(click_spec.origin), "only Landlock may be what refuses it"
     body = f"""
     def hook(view):
         out = []
@@ -402,12 +415,11 @@ def test_installed_distributions_are_unreadable_but_the_stdlib_is_not(confined: 
     click, stdlib = result.value["reason"].split()
     assert click == "13"
     # Here the stdlib may sit under a 0700 home that nobody cannot traverse whatever Landlock says.
-    assert stdlib == ("read" if _readable_by_the_child(json_spec.origin) else "13")
+    assert stdlib == ("read" if confined.child_can_read(json_spec.origin) else "13")
 
 
-def test_no_read_root_holds_installed_distributions(confined: Sandbox) -> None:
-    assert confined._server is not None
-    roots = confined._server.ready["read_roots"]
+def test_no_read_root_holds_installed_distributions(confined: InProcess) -> None:
+    roots = confined.read_roots
     json_spec = importlib.util.find_spec("json")
     assert json_spec is not None and json_spec.origin is not None
     assert os.path.dirname(json_spec.origin) in roots

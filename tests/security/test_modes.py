@@ -13,6 +13,7 @@ from agent_runner.plugins import forkclient
 from agent_runner.plugins.sandbox import CallResult, ProbeReport, Sandbox
 from tests.fakes import RecordedEvents
 from tests.security.conftest import NOOP, run_hook
+from tests.security.harness import InProcess
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def degraded(without_seccomp_binding: None) -> Iterator[tuple[Sandbox, RecordedE
 
 
 def test_require_refuses_to_boot_without_seccomp(
-    confined: Sandbox, without_seccomp_binding: None
+    confined: InProcess, without_seccomp_binding: None
 ) -> None:
     events = RecordedEvents()
     sandbox = Sandbox("require", emit=events)
@@ -83,7 +84,7 @@ def test_landlock_tier_still_denies_files_and_tcp(degraded: tuple[Sandbox, Recor
     assert result.value["reason"] == "13 13"  # EACCES from Landlock for both
 
 
-def test_off_runs_out_of_process_and_says_so(unconfined: Sandbox) -> None:
+def test_off_runs_out_of_process_and_says_so(unconfined: InProcess) -> None:
     assert unconfined.report is not None
     assert unconfined.report.to_dict() == {
         "tier": "none",
@@ -103,14 +104,14 @@ def test_off_runs_out_of_process_and_says_so(unconfined: Sandbox) -> None:
     assert int(result.value["reason"]) != __import__("os").getpid()
 
 
-def test_off_self_test_reports_what_is_not_blocked(unconfined: Sandbox) -> None:
+def test_off_self_test_reports_what_is_not_blocked(unconfined: InProcess) -> None:
     report = unconfined.self_test()
     assert report["fork"] is False
     assert report["exec"] is False
     assert report["unix_socket"] is False
 
 
-def test_a_call_whose_landlock_rules_cannot_be_built_is_refused(confined: Sandbox) -> None:
+def test_a_call_whose_landlock_rules_cannot_be_built_is_refused(confined: InProcess) -> None:
     body = """
     def hook(view):
         return SpawnDecision.proceed()
@@ -137,7 +138,7 @@ def test_calls_before_start_are_refused(mode: str) -> None:
 
 
 def test_calls_after_a_refused_start_are_refused(
-    confined: Sandbox, without_seccomp_binding: None
+    confined: InProcess, without_seccomp_binding: None
 ) -> None:
     sandbox = Sandbox("require", emit=RecordedEvents())
     with pytest.raises(ConfinementUnavailable):
@@ -166,7 +167,7 @@ def test_a_call_racing_the_probe_never_runs_unconfined(monkeypatch: pytest.Monke
     assert "not started" in result.detail
 
 
-def test_off_child_still_drops_every_capability(unconfined: Sandbox) -> None:
+def test_off_child_still_drops_every_capability(unconfined: InProcess) -> None:
     body = """
     def hook(view):
         fields = [line.split() for line in open("/proc/self/status")]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_runner.plugins.sandbox import CallRequest, Sandbox
+from agent_runner.plugins.sandbox import CallRequest
 from tests.security.conftest import run_hook
+from tests.security.harness import InProcess
 
 
 def forged(raw: str) -> str:
@@ -85,14 +86,14 @@ def forged(raw: str) -> str:
         ),
     ],
 )
-def test_forged_spawn_results_are_invalid(confined: Sandbox, raw: str, why: str) -> None:
+def test_forged_spawn_results_are_invalid(confined: InProcess, raw: str, why: str) -> None:
     result = run_hook(confined, forged(raw))
     assert result.status == "invalid_result", result
     assert why in result.detail
     assert result.value is None
 
 
-def test_result_over_64_kib_is_invalid(confined: Sandbox) -> None:
+def test_result_over_64_kib_is_invalid(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.write(3, b" " * (70 * 1024))
@@ -103,7 +104,7 @@ def test_result_over_64_kib_is_invalid(confined: Sandbox) -> None:
     assert "larger than" in result.detail
 
 
-def test_garbage_before_the_real_result_is_invalid(confined: Sandbox) -> None:
+def test_garbage_before_the_real_result_is_invalid(confined: InProcess) -> None:
     body = """
     def hook(view):
         os.write(3, b"garbage")
@@ -133,7 +134,7 @@ def test_garbage_before_the_real_result_is_invalid(confined: Sandbox) -> None:
     ],
 )
 def test_wrong_return_types_and_values_are_invalid(
-    confined: Sandbox, family: str, returned: str
+    confined: InProcess, family: str, returned: str
 ) -> None:
     body = f"""
     def hook(view):
@@ -143,7 +144,7 @@ def test_wrong_return_types_and_values_are_invalid(
     assert result.status == "invalid_result", result
 
 
-def test_hook_exception_is_raised_with_its_message(confined: Sandbox) -> None:
+def test_hook_exception_is_raised_with_its_message(confined: InProcess) -> None:
     body = """
     def hook(view):
         raise ValueError("no office today")
@@ -154,7 +155,7 @@ def test_hook_exception_is_raised_with_its_message(confined: Sandbox) -> None:
     assert "Traceback" in result.stderr_tail
 
 
-def test_import_time_payload_failure_is_raised(confined: Sandbox) -> None:
+def test_import_time_payload_failure_is_raised(confined: InProcess) -> None:
     body = """
     open("/etc/shadow").read()
     def hook(view):
@@ -165,7 +166,7 @@ def test_import_time_payload_failure_is_raised(confined: Sandbox) -> None:
     assert "PermissionError" in result.detail
 
 
-def test_sys_exit_in_a_hook_is_raised(confined: Sandbox) -> None:
+def test_sys_exit_in_a_hook_is_raised(confined: InProcess) -> None:
     body = """
     import sys
     def hook(view):
@@ -174,7 +175,7 @@ def test_sys_exit_in_a_hook_is_raised(confined: Sandbox) -> None:
     assert run_hook(confined, body).status == "raised"
 
 
-def test_view_is_read_only_attribute_access(confined: Sandbox) -> None:
+def test_view_is_read_only_attribute_access(confined: InProcess) -> None:
     body = """
     def hook(view):
         try:
@@ -188,7 +189,7 @@ def test_view_is_read_only_attribute_access(confined: Sandbox) -> None:
     assert result.value == {"action": "defer", "defer_s": 70.0, "reason": "lunch"}
 
 
-def test_good_results_of_every_family_come_back_exactly(confined: Sandbox) -> None:
+def test_good_results_of_every_family_come_back_exactly(confined: InProcess) -> None:
     dirty = """
     def hook(view):
         return DirtyIntent.commit("docs", paths=[f for f in view.files if f.startswith("docs/")])
@@ -215,7 +216,7 @@ def test_good_results_of_every_family_come_back_exactly(confined: Sandbox) -> No
     assert result.value == {"events": [], "transient": None}
 
 
-def test_describe_returns_hook_names_not_objects(confined: Sandbox) -> None:
+def test_describe_returns_hook_names_not_objects(confined: InProcess) -> None:
     body = """
     def hook(view):
         return SpawnDecision.proceed()
@@ -231,14 +232,14 @@ def test_describe_returns_hook_names_not_objects(confined: Sandbox) -> None:
     }
 
 
-def test_describe_of_a_fake_manifest_is_invalid(confined: Sandbox) -> None:
+def test_describe_of_a_fake_manifest_is_invalid(confined: InProcess) -> None:
     fake = {"fake/__init__.py": b"class PLUGIN:\n    name = 'x'\n"}
     result = confined.call(CallRequest("describe", fake, "fake:PLUGIN", None, {}))
     assert result.status == "invalid_result", result
     assert "PluginManifest" in result.detail
 
 
-def test_multi_module_plugin_imports_from_its_verified_sources(confined: Sandbox) -> None:
+def test_multi_module_plugin_imports_from_its_verified_sources(confined: InProcess) -> None:
     sources = {
         "multi/__init__.py": (
             b"from agent_runner.plugins import PluginManifest\n"
@@ -259,7 +260,7 @@ def test_multi_module_plugin_imports_from_its_verified_sources(confined: Sandbox
     assert result.value["reason"] == "from util"
 
 
-def test_large_sources_and_views_are_delivered_whole(confined: Sandbox) -> None:
+def test_large_sources_and_views_are_delivered_whole(confined: InProcess) -> None:
     filler = b"# " + b"x" * 998 + b"\n"
     body = b"""
 from agent_runner.plugins import PluginManifest, SpawnDecision
@@ -274,7 +275,7 @@ PLUGIN = PluginManifest(name="big", spawn_hooks=(hook,))
     assert result.value["reason"] == "3000000"
 
 
-def test_a_missing_hook_name_is_raised(confined: Sandbox) -> None:
+def test_a_missing_hook_name_is_raised(confined: InProcess) -> None:
     body = """
     def hook(view):
         return SpawnDecision.proceed()
@@ -287,7 +288,7 @@ def test_a_missing_hook_name_is_raised(confined: Sandbox) -> None:
     assert "no spawn hook named 'absent'" in result.detail
 
 
-def test_an_unencodable_exception_message_is_reported_encodable(confined: Sandbox) -> None:
+def test_an_unencodable_exception_message_is_reported_encodable(confined: InProcess) -> None:
     body = r"""
     def hook(view):
         raise RuntimeError("\ud800 boom")
@@ -299,8 +300,8 @@ def test_an_unencodable_exception_message_is_reported_encodable(confined: Sandbo
     result.stderr_tail.encode("utf-8")
 
 
-@pytest.mark.parametrize("ending", ["os.kill(os.getpid(), signal.SIGKILL)", "os._exit(1)"])
-def test_memory_error_text_on_stderr_is_not_an_oom(confined: Sandbox, ending: str) -> None:
+@pytest.mark.parametrize("ending", ["ctypes.string_at(0)", "os._exit(1)"])
+def test_memory_error_text_on_stderr_is_not_an_oom(confined: InProcess, ending: str) -> None:
     body = f"""
     def hook(view):
         os.write(2, b"MemoryError\\nCannot allocate memory\\n")

@@ -9,12 +9,11 @@ import pytest
 from agent_runner.plugins import syscalls
 from agent_runner.plugins.syscalls import (
     AUDIT_ARCH_X86_64,
-    CLONE_NAMESPACES,
-    CLONE_THREAD,
+    FCNTL_ALLOWED,
+    IOCTL_ALLOWED,
     SECCOMP_RET_ALLOW,
     SECCOMP_RET_ERRNO,
     SECCOMP_RET_KILL_PROCESS,
-    SELF_PID,
     child_policy,
     rule_for,
 )
@@ -58,7 +57,13 @@ REFUSED = [
     "execveat",
     "fork",
     "vfork",
+    "clone",
     "memfd_create",
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
     "pidfd_send_signal",
     "chmod",
     "fchmod",
@@ -90,6 +95,7 @@ NEEDED_BY_A_REALISTIC_HOOK = [
     "set_robust_list",
     "rseq",
     "rt_sigaction",
+    "rt_sigreturn",
     "rt_sigprocmask",
     "getrandom",
     "gettid",
@@ -97,6 +103,7 @@ NEEDED_BY_A_REALISTIC_HOOK = [
     "clock_nanosleep",
     "sched_getaffinity",
     "ioctl",
+    "fcntl",
     "mkdir",
     "exit",
     "exit_group",
@@ -122,7 +129,7 @@ def test_escape_syscalls_kill_the_process(name: str) -> None:
     rule = rule_for(POLICY, name)
     assert rule is not None
     assert rule.action == "kill"
-    assert rule.when is None
+    assert rule.when == ()
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -130,6 +137,7 @@ def test_forbidden_but_harmless_syscalls_fail_with_eperm(name: str) -> None:
     rule = rule_for(POLICY, name)
     assert rule is not None
     assert rule.action == "eperm"
+    assert rule.when == ()
 
 
 @pytest.mark.parametrize("name", NEEDED_BY_A_REALISTIC_HOOK)
@@ -145,43 +153,24 @@ def test_clone3_is_enosys_so_libc_falls_back_to_clone() -> None:
     assert rule.action == "enosys"
 
 
-def test_clone_is_allowed_only_for_threads() -> None:
-    rule = rule_for(POLICY, "clone")
-    assert rule is not None
-    assert rule.when == syscalls.ArgCheck(0, CLONE_THREAD, CLONE_THREAD | CLONE_NAMESPACES)
+def test_ioctl_and_fcntl_are_allowed_only_for_their_listed_requests() -> None:
+    for name, allowed in (("ioctl", IOCTL_ALLOWED), ("fcntl", FCNTL_ALLOWED)):
+        rule = rule_for(POLICY, name)
+        assert rule is not None
+        assert rule.action == "allow"
+        assert rule.when == tuple((syscalls.ArgCheck(1, value),) for value in allowed.values())
 
 
-@pytest.mark.parametrize("name", ["kill", "tkill", "tgkill"])
-def test_signals_are_allowed_only_at_the_child_itself(name: str) -> None:
-    rule = rule_for(POLICY, name)
+def test_prlimit64_may_only_read_its_own_limits() -> None:
+    rule = rule_for(POLICY, "prlimit64")
     assert rule is not None
-    assert rule.when == syscalls.ArgCheck(0, SELF_PID)
+    assert rule.when == ((syscalls.ArgCheck(0, 0), syscalls.ArgCheck(2, 0)),)
 
 
 def test_guard_prefix_is_whole_instructions() -> None:
     prefix = syscalls.guard_prefix(POLICY)
     assert len(prefix) % 8 == 0
     assert len(prefix) // 8 == 8
-
-
-def test_bind_self_pid_replaces_only_the_placeholder_comparisons() -> None:
-    insn = struct.Struct("=HBBI")
-    program = b"".join(
-        [
-            insn.pack(0x15, 0, 1, SELF_PID),  # jeq placeholder: patched
-            insn.pack(0x06, 0, 0, SELF_PID),  # ret with the same constant: left alone
-            insn.pack(0x15, 1, 0, 7),
-        ]
-    )
-    patched = syscalls.bind_self_pid(program, 4242)
-    assert insn.unpack_from(patched, 0)[3] == 4242
-    assert insn.unpack_from(patched, 8)[3] == SELF_PID
-    assert insn.unpack_from(patched, 16)[3] == 7
-
-
-def test_bind_self_pid_rejects_a_torn_program() -> None:
-    with pytest.raises(ValueError, match="multiple of 8"):
-        syscalls.bind_self_pid(b"\0" * 9, 1)
 
 
 def run_bpf(
@@ -233,7 +222,7 @@ def program() -> bytes:
     pytest.importorskip("pyseccomp")
     from agent_runner.plugins.forkserver import export_seccomp_bpf
 
-    return syscalls.bind_self_pid(export_seccomp_bpf(POLICY), 1234)
+    return export_seccomp_bpf(POLICY)
 
 
 EPERM_RET = SECCOMP_RET_ERRNO | 1
@@ -252,16 +241,20 @@ ENOSYS_RET = SECCOMP_RET_ERRNO | 38
         (435, (), ENOSYS_RET),  # clone3
         (470, (), ENOSYS_RET),  # newer than the table
         (0xFFFF, (), ENOSYS_RET),
-        (56, (CLONE_THREAD | 0x3D0F00,), SECCOMP_RET_ALLOW),  # pthread_create's clone
+        (56, (0x3D0F00,), EPERM_RET),  # pthread_create's clone: no threads
         (56, (0x01200011,), EPERM_RET),  # fork-style clone
-        (56, (CLONE_THREAD | 0x3D0F00 | 0x40000000,), EPERM_RET),  # a thread in a new netns
-        (62, (1234, 10), SECCOMP_RET_ALLOW),  # kill(self)
-        (62, (1, 9), EPERM_RET),  # kill(init)
-        (62, (1234 | (1 << 32), 9), EPERM_RET),  # high bits set: not self
-        (234, (1234, 1234, 6), SECCOMP_RET_ALLOW),  # tgkill(self)
-        (234, (99, 99, 9), EPERM_RET),
-        (302, (0, 7, 0, 0), SECCOMP_RET_ALLOW),  # prlimit64 on itself
-        (302, (1, 7, 0, 0), EPERM_RET),
+        (62, (1234, 10), EPERM_RET),  # kill, even of itself
+        (234, (1234, 1234, 6), EPERM_RET),  # tgkill, even of itself (abort)
+        (302, (0, 7, 0, 0x7FF0), SECCOMP_RET_ALLOW),  # getrlimit via prlimit64
+        (302, (0, 0, 0x7FF0, 0), EPERM_RET),  # setrlimit via prlimit64
+        (302, (1, 7, 0, 0x7FF0), EPERM_RET),  # another process's limits
+        (16, (1, 0x5401), SECCOMP_RET_ALLOW),  # ioctl TCGETS
+        (16, (1, 0x5401 | (1 << 32)), EPERM_RET),  # high bits set: not TCGETS as listed
+        (16, (1, 0x40086602), EPERM_RET),  # ioctl FS_IOC_SETFLAGS
+        (16, (1, 0x5412), EPERM_RET),  # ioctl TIOCSTI
+        (72, (1, 1030), SECCOMP_RET_ALLOW),  # fcntl F_DUPFD_CLOEXEC
+        (72, (1, 1024), EPERM_RET),  # fcntl F_SETLEASE
+        (72, (1, 8), EPERM_RET),  # fcntl F_SETOWN
         (90, (), EPERM_RET),  # chmod
         (0x40000000 | 0, (), SECCOMP_RET_KILL_PROCESS),  # x32 ABI
     ],

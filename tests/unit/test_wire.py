@@ -128,8 +128,115 @@ def test_out_of_range_or_mistyped_values_are_invalid(family: str, value: object)
 )
 def test_lone_surrogates_are_invalid(family: str, raw: str) -> None:
     data = ('{"status": "ok", "value": ' + raw + ', "detail": ""}').encode()
-    with pytest.raises(wire.WireError, match="Unicode"):
+    with pytest.raises(wire.WireError, match="control or formatting character"):
         wire.parse_envelope(family, data)
+
+
+# One example of each class of character the string rule refuses.
+UNSAFE = {
+    "NUL": "\x00",
+    "ESC (ANSI escape)": "\x1b[2J\x1b]0;title\x07",
+    "newline": "\n",
+    "carriage return": "\r",
+    "tab": "\t",
+    "DEL": "\x7f",
+    "CSI (C1)": "\x9b31m",
+    "NEL (C1)": "\x85",
+    "line separator": "\u2028",
+    "paragraph separator": "\u2029",
+    "right-to-left override": "\u202e",
+    "left-to-right embedding": "\u202a",
+    "first-strong isolate": "\u2068",
+    "pop directional isolate": "\u2069",
+    "right-to-left mark": "\u200f",
+    "arabic letter mark": "\u061c",
+    "lone surrogate": "\ud800",
+}
+
+
+def _in_every_string(text: str) -> list[tuple[str, object]]:
+    """`text` placed in each string field of every family that a plugin controls."""
+    return [
+        ("spawn", {"action": "skip", "defer_s": 0, "reason": f"r{text}"}),
+        # A commit message may hold lines and tabs: there the class is stood in for by NUL.
+        (
+            "dirty",
+            {
+                "action": "commit",
+                "message": "m\x00" if text in ("\n", "\t") else f"m{text}",
+                "paths": [],
+            },
+        ),
+        ("dirty", {"action": "commit", "message": "m", "paths": [f"p{text}"]}),
+        ("observe", {"events": [["k", {"v": f"v{text}"}]], "transient": None}),
+        ("observe", {"events": [["k", {f"k{text}": 1}]], "transient": None}),
+        ("observe", {"events": [["k", {"v": [{"w": f"w{text}"}]}]], "transient": None}),
+        ("observe", {"events": [], "transient": {"classification": f"c{text}", "reset_at": None}}),
+        ("describe", {**GOOD["describe"], "name": f"p{text}"}),
+        ("describe", {**GOOD["describe"], "event_kinds": [f"k{text}"]}),
+        ("describe", {**GOOD["describe"], "spawn_hooks": [f"h{text}"]}),
+    ]
+
+
+@pytest.mark.parametrize("text", UNSAFE.values(), ids=UNSAFE.keys())
+def test_every_plugin_string_refuses_each_class_of_unsafe_character(text: str) -> None:
+    for family, value in _in_every_string(text):
+        with pytest.raises(
+            wire.WireError, match=r"control or formatting|bad event kind|identifier"
+        ):
+            wire.validate_value(family, value)
+
+
+def test_a_commit_message_may_have_lines_and_tabs_but_nothing_else_unsafe() -> None:
+    body = {"action": "commit", "message": "subject\n\n\tbody", "paths": []}
+    assert wire.validate_value("dirty", body) == body
+    with pytest.raises(wire.WireError, match="control or formatting"):
+        wire.validate_value("dirty", {**body, "message": "subject\r\nbody"})
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", "Grüße, 日本語, emoji 🎉 and a zero-width joiner 👩\u200d💻", "a/b c.d"]
+)
+def test_ordinary_unicode_passes_the_string_rule(text: str) -> None:
+    value = {"action": "skip", "defer_s": 0, "reason": text}
+    assert wire.validate_value("spawn", value) == value
+
+
+@pytest.mark.parametrize("kind", ["Bad", "with.dot", "9start", "k" * 65, ""])
+def test_describe_event_kinds_must_match_the_event_kind_pattern(kind: str) -> None:
+    with pytest.raises(wire.WireError, match="bad event kind"):
+        wire.validate_value("describe", {**GOOD["describe"], "event_kinds": [kind]})
+
+
+@pytest.mark.parametrize("name", ["not an identifier", "a-b", "", "1x"])
+def test_describe_hook_names_must_be_identifiers(name: str) -> None:
+    with pytest.raises(wire.WireError, match="identifier"):
+        wire.validate_value("describe", {**GOOD["describe"], "round_observers": [name]})
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        json.dumps({"a": 1}).encode("utf-16"),
+        json.dumps({"a": 1}).encode("utf-16-le"),
+        json.dumps({"a": 1}).encode("utf-32"),
+        b"\xef\xbb\xbf" + json.dumps({"a": 1}).encode(),
+    ],
+    ids=["utf-16 with BOM", "utf-16-le", "utf-32", "utf-8 BOM"],
+)
+def test_json_that_is_not_plain_utf_8_is_refused(encoded: bytes) -> None:
+    assert json.loads(encoded) == {"a": 1}  # what json.loads alone would accept
+    with pytest.raises(wire.WireError, match="not JSON"):
+        wire.loads_strict(encoded)
+
+
+def test_escape_text_makes_every_unsafe_character_visible() -> None:
+    text = "".join(UNSAFE.values())
+    escaped = wire.escape_text(text)
+    assert wire.escape_text(escaped) == escaped
+    wire.check_text(escaped, "escaped")
+    assert "\\x1b" in escaped and "\\u202e" in escaped and "\\ud800" in escaped
+    assert wire.escape_text("line\n\tmore\x1b", multiline=True) == "line\n\tmore\\x1b"
 
 
 def test_deeply_nested_event_fields_are_invalid() -> None:
@@ -145,7 +252,7 @@ def test_deeply_nested_event_fields_are_invalid() -> None:
 
 def test_a_result_over_the_cap_is_invalid_before_parsing() -> None:
     with pytest.raises(wire.WireError, match="larger than"):
-        wire.parse_envelope("spawn", b" " * (wire.MAX_RESULT_BYTES + 1))
+        wire.parse_result("spawn", wire.CONFINED_MARK + b" " * wire.MAX_RESULT_BYTES)
 
 
 def test_failure_envelopes_carry_only_their_detail() -> None:
@@ -210,7 +317,12 @@ def exited(code: int) -> int:
     return code << 8
 
 
-OK_ENVELOPE = envelope(GOOD["spawn"])
+def confined(data: bytes) -> bytes:
+    """What the result descriptor holds when the child's own code promised an envelope."""
+    return wire.CONFINED_MARK + data
+
+
+OK_ENVELOPE = confined(envelope(GOOD["spawn"]))
 
 
 @pytest.mark.parametrize(
@@ -230,31 +342,70 @@ OK_ENVELOPE = envelope(GOOD["spawn"])
             "crash",
             "SIGKILL",
         ),
-        (Outcome(result=envelope(None, "oom"), wait_status=exited(0)), "oom", None),
-        (Outcome(result=envelope(None, "raised"), wait_status=exited(0)), "raised", None),
-        (Outcome(result=envelope(None, "invalid"), wait_status=exited(0)), "invalid_result", None),
-        (Outcome(result=envelope(None, "refused"), wait_status=exited(0)), "crash", None),
+        (Outcome(result=confined(envelope(None, "oom")), wait_status=exited(0)), "oom", None),
+        (
+            Outcome(result=confined(envelope(None, "raised")), wait_status=exited(0)),
+            "raised",
+            None,
+        ),
+        (
+            Outcome(result=confined(envelope(None, "invalid")), wait_status=exited(0)),
+            "invalid_result",
+            None,
+        ),
+        (Outcome(result=wire.encode_refusal("no"), wait_status=exited(0)), "crash", None),
         (Outcome(result=OK_ENVELOPE, wait_status=exited(5)), "crash", None),
-        (Outcome(result=b"{", wait_status=exited(0)), "invalid_result", None),
+        (Outcome(result=wire.CONFINED_MARK, wait_status=exited(0)), "crash", None),
+        (Outcome(result=confined(b"{"), wait_status=exited(0)), "invalid_result", None),
     ],
 )
 def test_parent_classifies_each_way_a_call_ends(
     outcome: Outcome, status: str, sig: str | None
 ) -> None:
-    result = classify("spawn", outcome, 10.0)
+    result = classify("spawn", outcome, 10.0, seccomp=True)
     assert result.status == status
     assert result.signal == sig
     assert (result.value is not None) == (status == "ok")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGSYS, signal.SIGXCPU])
+def test_without_seccomp_a_signal_death_is_a_crash_it_could_have_sent_itself(sig: int) -> None:
+    result = classify("spawn", Outcome(wait_status=signalled(sig)), 10.0, seccomp=False)
+    assert (result.status, result.signal) == ("crash", signal.Signals(sig).name)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"status":"refused","value":null,"detail":"confinement failed: fake"}',
+        wire.CONFINED_MARK + b'{"status":"refused","value":null,"detail":"confinement failed"}',
+        wire.CONFINED_MARK + wire.encode_refusal("confinement failed: fake"),
+    ],
+    ids=["bare envelope", "refused envelope after the mark", "refusal after the mark"],
+)
+def test_a_refusal_after_plugin_code_could_run_is_an_invalid_result(raw: bytes) -> None:
+    result = classify("spawn", Outcome(result=raw, wait_status=exited(0)), 1.0, seccomp=True)
+    assert result.status == "invalid_result", result
+    assert not result.detail.startswith("refused")
+
+
 def test_stderr_tail_is_bounded_and_decoded_leniently() -> None:
     outcome = Outcome(stderr=os.urandom(64 * 1024), wait_status=exited(1))
-    assert len(classify("spawn", outcome, 1.0).stderr_tail) <= 8 * 1024
+    assert len(classify("spawn", outcome, 1.0, seccomp=True).stderr_tail) <= 8 * 1024
 
 
-@pytest.mark.parametrize("status", ["raised", "invalid", "refused", "oom"])
-def test_a_detail_with_a_lone_surrogate_is_made_encodable(status: str) -> None:
-    raw = b'{"status":"%s","value":null,"detail":"RuntimeError: \\ud800 boom"}' % status.encode()
-    result = classify("spawn", Outcome(result=raw, wait_status=exited(0)), 1.0)
-    assert "boom" in result.detail
-    result.detail.encode("utf-8")
+@pytest.mark.parametrize("status", ["raised", "invalid", "oom"])
+def test_a_detail_with_unsafe_characters_is_escaped(status: str) -> None:
+    raw = confined(
+        b'{"status":"%s","value":null,"detail":"RuntimeError: \\ud800 \\u001b[31mboom"}'
+        % status.encode()
+    )
+    result = classify("spawn", Outcome(result=raw, wait_status=exited(0)), 1.0, seccomp=True)
+    assert result.detail.endswith("RuntimeError: \\ud800 \\x1b[31mboom")
+    wire.check_text(result.detail, "detail")
+
+
+def test_stderr_tail_keeps_its_lines_and_escapes_the_rest() -> None:
+    outcome = Outcome(stderr=b"Traceback\n\tline\x1b[2J\xc2\x9b\n", wait_status=exited(1))
+    tail = classify("spawn", outcome, 1.0, seccomp=True).stderr_tail
+    assert tail == "Traceback\n\tline\\x1b[2J\\x9b\n"
