@@ -20,6 +20,7 @@ IOCTL_ALLOWED = {
     "TCGETS": 0x5401,  # isatty(): io.open() asks on every file it opens
     "TIOCGWINSZ": 0x5413,  # os.get_terminal_size(), shutil
     "FIONREAD": 0x541B,  # bytes waiting on a pipe or file
+    "FIONBIO": 0x5421,  # os.set_blocking()
     "FIONCLEX": 0x5450,  # os.set_inheritable(fd, True)
     "FIOCLEX": 0x5451,  # os.set_inheritable(fd, False)
 }
