@@ -24,6 +24,7 @@ from agent_runner.plugins.runner import OOM_ENVELOPE, run_request
 _T = TypeVar("_T")
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
@@ -33,7 +34,11 @@ REQUEST_FD, RESULT_FD, RULESET_FD = 0, 3, 4
 ADDRESS_SPACE_BYTES = 1 << 30
 FILE_SIZE_BYTES = 16 << 20
 OPEN_FILES = 64
+# Without seccomp (which refuses clone: one task per call) a call may grow to this many tasks.
+TASKS_WITHOUT_SECCOMP = 64
 THREADS_AS_NOBODY = 128
+CLONE_NEWUSER = 0x10000000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 # Landlock access rights (stable kernel ABI values).
 _FS_READ_FILE, _FS_READ_DIR = 1 << 2, 1 << 3
@@ -135,11 +140,8 @@ def confine_and_run(
         if ruleset is not None:
             os.dup2(ruleset, RULESET_FD)
         os.closerange(RULESET_FD + (ruleset is not None), 1 << 20)
-        _set_limits(cfg.timeout_s, prebuilt.is_root)
-        if prebuilt.is_root:
-            _drop_privileges()
-            # Changing credentials clears the parent-death signal: set it again.
-            set_parent_death_signal(prebuilt.server_pid)
+        _set_limits(cfg.timeout_s)
+        _become_unprivileged(prebuilt, bound_tasks=not cfg.seccomp)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         if ruleset is not None:
             _attempt(problems, "landlock", lambda: _restrict_self(prebuilt, applied))
@@ -244,7 +246,7 @@ def _restrict_self(prebuilt: Prebuilt, applied: dict[str, bool]) -> None:
     applied["scope"] = bool(prebuilt.scoped)
 
 
-def _set_limits(timeout_s: float, is_root: bool) -> None:
+def _set_limits(timeout_s: float) -> None:
     cpu_s = int(timeout_s) + 2
     limits = [
         (resource.RLIMIT_AS, ADDRESS_SPACE_BYTES),
@@ -253,16 +255,83 @@ def _set_limits(timeout_s: float, is_root: bool) -> None:
         (resource.RLIMIT_NOFILE, OPEN_FILES),
         (resource.RLIMIT_CORE, 0),
     ]
-    if is_root:
-        # Counted per real uid: meaningful only once the child runs as the unprivileged uid.
-        limits.append((resource.RLIMIT_NPROC, THREADS_AS_NOBODY))
     for which, value in limits:
         resource.setrlimit(which, (value, value + 1 if which == resource.RLIMIT_CPU else value))
     # A write past RLIMIT_FSIZE should fail with EFBIG, not kill the call with SIGXFSZ.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-def _drop_privileges() -> None:
+def _become_unprivileged(prebuilt: Prebuilt, *, bound_tasks: bool) -> None:
+    """As root, become nobody; without seccomp, also get a task count of the call's own."""
+    if prebuilt.is_root:
+        _drop_privileges()
+    if bound_tasks:
+        _bound_tasks(prebuilt.is_root)
+    # Not dumpable: no other process of this uid (under a user's supervisor, the agent) may
+    # ptrace the child or open its /proc files.
+    _prctl(PR_SET_DUMPABLE, 0)
+    # Changing credentials clears the parent-death signal: set it again.
+    set_parent_death_signal(prebuilt.server_pid)
+
+
+def _bound_tasks(is_root: bool) -> None:
+    """Bound a call that may create tasks (no seccomp) to a count of its own, shared with no one.
+
+    RLIMIT_NPROC counts the tasks of a uid in a user namespace: in a fresh one that maps only
+    this uid, the count starts at this task. The namespace is made before the limit is
+    lowered (its parent-level limit is the one in force at creation) and every capability it
+    grants is dropped at once.
+    """
+    try:
+        _own_user_namespace()
+    except OSError as exc:
+        # The host refuses user namespaces: say so where the operator sees the call's output.
+        os.write(2, f"agent-runner: no per-call task count: {exc}\n".encode())
+        if is_root:
+            resource.setrlimit(resource.RLIMIT_NPROC, (THREADS_AS_NOBODY, THREADS_AS_NOBODY))
+        return
+    resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_WITHOUT_SECCOMP, TASKS_WITHOUT_SECCOMP))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def _own_user_namespace() -> None:
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc.unshare(CLONE_NEWUSER) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUSER): {os.strerror(err)}")
+    # After a switch from root the task is not dumpable and its /proc files belong to root;
+    # the maps below are its own to write. _become_unprivileged clears the flag again.
+    _prctl(PR_SET_DUMPABLE, 1)
+    for name, line in (
+        ("uid_map", f"{uid} {uid} 1"),
+        ("setgroups", "deny"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    # unshare gave this task every capability inside the new namespace: keep none.
+    _drop_bounding_set()
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    if _libc.capset(ctypes.byref(header), ctypes.byref((_CapData * 2)())) != 0:
+        err = ctypes.get_errno()
+        raise ConfinementError(f"capset: {os.strerror(err)}")
+
+
+def _drop_bounding_set() -> None:
     for cap in range(64):
         try:
             _prctl(PR_CAPBSET_DROP, cap)
@@ -271,6 +340,10 @@ def _drop_privileges() -> None:
             if exc.errno == errno.EINVAL and cap > 0:
                 break
             raise
+
+
+def _drop_privileges() -> None:
+    _drop_bounding_set()
     os.setgroups([])
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)

@@ -118,14 +118,6 @@ def unconfined(request: pytest.FixtureRequest) -> Iterator[InProcess]:
         sandbox.close()
 
 
-@pytest.fixture(scope="module")
-def unconfined_as_root() -> Iterator[InProcess]:
-    """An off-mode sandbox with the supervisor as root, for what only root bounds."""
-    sandbox = _start("root", "off")
-    yield sandbox
-    sandbox.close()
-
-
 @pytest.fixture(params=harness.MODES)
 def fresh(request: pytest.FixtureRequest) -> Iterator[InProcess]:
     """A sandbox of its own, for tests that break the fork server or fill the scratch root."""

@@ -6,6 +6,8 @@ import importlib.util
 import os
 import stat
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -469,3 +471,33 @@ def test_only_posix_locale_categories_with_locale_values_reach_a_plugin(
     server_env = Path(f"/proc/{forwarded_locale.server_pid}/environ").read_bytes()
     assert b"ghp_" not in server_env
     assert b"LC_PAPER" not in server_env
+
+
+@pytest.mark.timeout(30)
+def test_a_plugin_child_is_not_dumpable(confined: InProcess) -> None:
+    # Under a user's supervisor the agent runs as the plugin's uid. A task that is not
+    # dumpable has its /proc files owned by root, and only CAP_SYS_PTRACE may attach to it:
+    # the agent cannot rewrite what a hook returns.
+    server = confined.server_pid
+    body = """
+    def hook(view):
+        time.sleep(2)
+        return SpawnDecision.proceed()
+    """
+    owners: list[int] = []
+
+    def look() -> None:
+        children = Path(f"/proc/{server}/task/{server}/children")
+        deadline = time.monotonic() + 5.0
+        while not children.read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = children.read_text().split()
+        # A task's /proc files belong to its uid while it is dumpable, to root once it is not.
+        owners.append(Path(f"/proc/{child}/mem").stat().st_uid)
+
+    looker = threading.Thread(target=look)
+    looker.start()
+    result = run_hook(confined, body)
+    looker.join()
+    assert result.status == "ok", result
+    assert owners == [0]

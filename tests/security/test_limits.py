@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from agent_runner.plugins.confine import TASKS_WITHOUT_SECCOMP
 from agent_runner.plugins.sandbox import MAX_SCRATCH_BYTES, MAX_SCRATCH_ENTRIES
 from tests.security.conftest import NOOP, run_hook
 from tests.security.harness import InProcess
@@ -140,12 +142,7 @@ def test_hanging_child_with_a_grandchild_is_killed_as_a_group(unconfined: InProc
 
 
 @pytest.mark.timeout(30)
-def test_fork_bomb_without_seccomp_is_bounded_and_cleaned_up(
-    unconfined_as_root: InProcess,
-) -> None:
-    # Only seccomp bounds a call to one task; without it, as root, RLIMIT_NPROC on nobody does
-    # (an unprivileged supervisor at sandbox = "off" has no such bound: docs/sandbox.md).
-    unconfined = unconfined_as_root
+def test_fork_bomb_without_seccomp_is_bounded_and_cleaned_up(unconfined: InProcess) -> None:
     body = """
     def hook(view):
         print(os.getpid(), file=__import__("sys").stderr, flush=True)
@@ -280,19 +277,36 @@ def test_fork_server_dying_mid_call_fails_only_that_call(fresh: InProcess) -> No
 
 
 @pytest.mark.timeout(30)
-def test_thread_bomb_is_bounded(confined: InProcess) -> None:
+def test_without_seccomp_a_call_has_a_task_bound_of_its_own(unconfined: InProcess) -> None:
+    # 150 other processes of the uid the call runs as: a per-uid count would leave it none,
+    # and a call holding its whole bound must not stop them from starting more.
+    uid = unconfined.child_uid
+    others = [
+        subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[]) for _ in range(150)
+    ]
     body = """
-    import threading
+    import _thread
     def hook(view):
-        stop = threading.Event()
+        _thread.stack_size(64 * 1024)  # small stacks: RLIMIT_AS alone would allow thousands
         started = 0
-        while True:
-            threading.Thread(target=stop.wait, daemon=True).start()
-            started += 1
+        try:
+            while started < 5000:
+                _thread.start_new_thread(time.sleep, (60,))
+                started += 1
+        except RuntimeError:
+            pass
+        return SpawnDecision.skip(str(started))
     """
-    result = run_hook(confined, body, timeout_s=5.0)
-    assert result.status in ("raised", "oom"), result
-    assert "thread" in result.detail or result.status == "oom"
+    try:
+        result = run_hook(unconfined, body, timeout_s=10.0)
+        one_more = subprocess.run(["true"], user=uid, group=uid, extra_groups=[], check=False)
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+    assert result.status == "ok", result
+    assert int(result.value["reason"]) == TASKS_WITHOUT_SECCOMP - 1, result.stderr_tail
+    assert one_more.returncode == 0
 
 
 @pytest.mark.timeout(60)
