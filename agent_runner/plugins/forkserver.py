@@ -188,12 +188,7 @@ def export_seccomp_bpf(policy: syscalls.Policy) -> bytes:
         if not rule.when:
             filt.add_rule(action, rule.nr)
         for condition in rule.when:
-            checks = [
-                sc.Arg(check.index, sc.MASKED_EQ, check.mask, check.value)
-                if check.mask
-                else sc.Arg(check.index, sc.EQ, check.value)
-                for check in condition
-            ]
+            checks = [sc.Arg(check.index, sc.EQ, check.value) for check in condition]
             filt.add_rule(action, rule.nr, *checks)
     read_end, write_end = os.pipe()
     try:

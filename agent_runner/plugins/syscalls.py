@@ -58,11 +58,10 @@ _INSN = struct.Struct("=HBBI")
 
 @dataclass(frozen=True)
 class ArgCheck:
-    """Holds when `(arg[index] & mask) == value` (mask 0: the whole 64-bit argument)."""
+    """Holds when the whole 64-bit `arg[index] == value` (upper bits set: no match)."""
 
     index: int
     value: int
-    mask: int = 0
 
 
 Condition = tuple[ArgCheck, ...]  # every check holds

@@ -84,7 +84,7 @@ def hook(view):
 
 def _start(mode: harness.Mode, sandbox_mode: str) -> InProcess:
     os.environ[SECRET_NAME] = SECRET_VALUE
-    sandbox = harness.start(mode, sandbox_mode, hook_timeout_s=5.0)
+    sandbox = harness.create(mode, sandbox_mode, hook_timeout_s=5.0)
     try:
         sandbox.start()
     except ConfinementUnavailable as exc:

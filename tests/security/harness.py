@@ -181,7 +181,7 @@ class AsUser(InProcess):
         return None if report is None else ProbeReport(**report)
 
 
-def start(mode: Mode, sandbox_mode: str, hook_timeout_s: float = 5.0) -> InProcess:
+def create(mode: Mode, sandbox_mode: str, hook_timeout_s: float = 5.0) -> InProcess:
     """A harness of `mode`, not started yet."""
     if mode == "root":
         return InProcess(sandbox_mode, hook_timeout_s)

@@ -452,7 +452,7 @@ def forwarded_locale(
     """A sandbox started by a supervisor whose environment came in over SSH."""
     for name, value in FORWARDED.items():
         monkeypatch.setenv(name, value)
-    sandbox = harness.start(request.param, "require")
+    sandbox = harness.create(request.param, "require")
     sandbox.start()
     yield sandbox
     sandbox.close()
@@ -478,20 +478,22 @@ def test_a_plugin_child_is_not_dumpable(confined: InProcess) -> None:
     # Under a user's supervisor the agent runs as the plugin's uid. A task that is not
     # dumpable has its /proc files owned by root, and only CAP_SYS_PTRACE may attach to it:
     # the agent cannot rewrite what a hook returns.
-    server = confined.server_pid
+    server, scratch_root = confined.server_pid, confined.scratch_root
+    assert scratch_root is not None
     body = """
     def hook(view):
+        open("running", "w").close()
         time.sleep(2)
         return SpawnDecision.proceed()
     """
     owners: list[int] = []
 
     def look() -> None:
-        children = Path(f"/proc/{server}/task/{server}/children")
+        # Once the hook runs (its mark is in its scratch), not while the child is being set up.
         deadline = time.monotonic() + 5.0
-        while not children.read_text().split() and time.monotonic() < deadline:
+        while not list(scratch_root.glob("*/running")) and time.monotonic() < deadline:
             time.sleep(0.01)
-        (child,) = children.read_text().split()
+        (child,) = Path(f"/proc/{server}/task/{server}/children").read_text().split()
         # A task's /proc files belong to its uid while it is dumpable, to root once it is not.
         owners.append(Path(f"/proc/{child}/mem").stat().st_uid)
 
