@@ -1,16 +1,18 @@
 """Run Python code as an unused non-root uid: the supervisor of a `systemctl --user` operator.
 
-`python -m tests.unprivileged UID MODULE|SCRIPT.py [ARGS...]` (started as root) drops to `UID`
-and runs the module or script as `__main__`. The interpreter and the virtualenv may live where that uid cannot
-traverse (pyenv under a 0700 /root): in a private mount namespace, each such directory on
-the way is covered by an empty 0711 tmpfs holding only the entry needed below it, so paths
-stay identical and nothing on the host changes. Then every uid and gid becomes the unused
-one, supplementary groups and capabilities go, and no code runs as root afterwards.
+`python -m tests.unprivileged UID MODULE|SCRIPT.py [ARGS...]` (started as root) drops to
+`UID` and runs the module or script as `__main__`. The interpreter and the virtualenv may
+live where that uid cannot traverse (pyenv under a 0700 /root): in a private mount
+namespace, each such directory on the way is covered by an empty 0711 tmpfs holding only
+the entry needed below it, so paths stay identical and nothing on the host changes. Then
+every uid and gid becomes the unused one, supplementary groups and capabilities go, and no
+code runs as root afterwards.
 """
 
 from __future__ import annotations
 
 import ctypes
+import grp
 import os
 import pwd
 import runpy
@@ -31,7 +33,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _uids_in_use() -> set[int]:
-    used = {entry.pw_uid for entry in pwd.getpwall()}
+    used = {entry.pw_uid for entry in pwd.getpwall()} | {entry.gr_gid for entry in grp.getgrall()}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -45,7 +47,7 @@ def _uids_in_use() -> set[int]:
 
 
 def unused_uid() -> int:
-    """A uid (also usable as a gid) with no account and no process on this host right now."""
+    """A uid, also free as a gid, with no account, group or process on this host right now."""
     used = _uids_in_use()
     start = os.getpid() % len(UID_RANGE)
     for offset in range(len(UID_RANGE)):
@@ -61,9 +63,11 @@ def command(module: str, *args: str, uid: int | None = None) -> list[str]:
     return [sys.executable, "-m", "tests.unprivileged", str(chosen), module, *args]
 
 
-def popen(module: str, *args: str, **kwargs: object) -> subprocess.Popen[bytes]:
-    """Start `module` as an unused uid, from the repository root."""
-    return subprocess.Popen(command(module, *args), cwd=REPO, **kwargs)  # type: ignore[call-overload,no-any-return]
+def popen(module: str, *args: str) -> subprocess.Popen[bytes]:
+    """Start `module` as an unused uid, from the repository root, talking over stdin/stdout."""
+    return subprocess.Popen(
+        command(module, *args), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
 
 
 def _check(rc: int, what: str) -> None:
@@ -86,7 +90,7 @@ def expose(paths: Iterable[Path]) -> None:
     """In a new private mount namespace, make every path in `paths` reachable by any uid."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    wanted = [Path(os.path.realpath(p)) for p in paths]
+    wanted = [Path(os.path.realpath(p)) for p in paths if os.path.exists(p)]
     for _ in range(16):
         steps: dict[Path, set[str]] = {}
         for path in wanted:

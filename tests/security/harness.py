@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import stat
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -126,11 +125,7 @@ class AsUser(InProcess):
 
     def __init__(self, sandbox_mode: str, hook_timeout_s: float = 5.0) -> None:
         self._process = unprivileged.popen(
-            "tests.security.harness",
-            sandbox_mode,
-            str(hook_timeout_s),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            "tests.security.harness", sandbox_mode, str(hook_timeout_s)
         )
 
     def _ask(self, op: str, **args: Any) -> Any:
