@@ -128,10 +128,10 @@ def fresh(request: pytest.FixtureRequest) -> Iterator[InProcess]:
 
 @pytest.fixture
 def shared_dir(confined: InProcess) -> Iterator[Path]:
-    """A directory outside every root that the plugin's uid owns, as a work tree would be.
+    """A directory the plugin's uid owns, as a work tree under a user's supervisor is.
 
-    Owned by the uid plugin code runs as, so ordinary permissions never stand in for the
-    sandbox: only the sandbox can be what refuses a change to it.
+    Tests pass it as a read root or leave it outside every root; since the plugin's uid owns
+    it, ordinary permissions never stand in for the sandbox in what is refused.
     """
     path = Path(tempfile.mkdtemp(prefix="agent-runner-shared-"))
     path.chmod(0o755)
