@@ -118,7 +118,7 @@ def test_removing_the_scratch_is_bounded_by_the_call_deadline(fresh: InProcess) 
     view = {"return_at": started + timeout_s - 0.05}
     result = run_hook(sandbox, body, timeout_s=timeout_s, view=view)
     elapsed = time.monotonic() - started
-    assert elapsed < timeout_s + 0.5, elapsed
+    assert elapsed < timeout_s + 1.0, elapsed
     # Returned in time (a failed call for what it left) or, on a slow host, timed out.
     assert result.status in ("crash", "timeout"), result
     assert "could be removed before its deadline" in result.detail
