@@ -286,7 +286,7 @@ def _bound_tasks(is_root: bool) -> None:
         _own_user_namespace()
     except OSError as exc:
         # The host refuses user namespaces: say so where the operator sees the call's output.
-        os.write(2, f"agent-runner: no per-call task count: {exc}\n".encode())
+        os.write(2, f"agent-runner: no per-call task count: {exc.strerror}\n".encode())
         if is_root:
             resource.setrlimit(resource.RLIMIT_NPROC, (THREADS_AS_NOBODY, THREADS_AS_NOBODY))
         return
@@ -306,29 +306,37 @@ class _CapData(ctypes.Structure):
 
 
 def _own_user_namespace() -> None:
+    """Enter a user namespace mapping only this uid and gid, keeping no capability in it.
+
+    OSError: the host refuses the namespace. Once inside, any failure is ConfinementError:
+    a task left there half set up (unmapped, with the namespace's capabilities) never runs.
+    """
     uid, gid = os.geteuid(), os.getegid()
     if _libc.unshare(CLONE_NEWUSER) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare(CLONE_NEWUSER): {os.strerror(err)}")
-    # After a switch from root the task is not dumpable and its /proc files belong to root;
-    # the maps below are its own to write. _become_unprivileged clears the flag again.
-    _prctl(PR_SET_DUMPABLE, 1)
-    for name, line in (
-        ("uid_map", f"{uid} {uid} 1"),
-        ("setgroups", "deny"),
-        ("gid_map", f"{gid} {gid} 1"),
-    ):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    # unshare gave this task every capability inside the new namespace: keep none.
-    _drop_bounding_set()
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    if _libc.capset(ctypes.byref(header), ctypes.byref((_CapData * 2)())) != 0:
-        err = ctypes.get_errno()
-        raise ConfinementError(f"capset: {os.strerror(err)}")
+    try:
+        # After a switch from root the task is not dumpable and its /proc files belong to
+        # root; the maps are its own to write. _become_unprivileged clears the flag again.
+        _prctl(PR_SET_DUMPABLE, 1)
+        for name, line in (
+            ("uid_map", f"{uid} {uid} 1"),
+            ("setgroups", "deny"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        # unshare gave this task every capability inside the new namespace: keep none.
+        _drop_bounding_set()
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        if _libc.capset(ctypes.byref(header), ctypes.byref((_CapData * 2)())) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"capset: {os.strerror(err)}")
+    except OSError as exc:
+        raise ConfinementError(f"user namespace setup failed: {exc}") from exc
 
 
 def _drop_bounding_set() -> None:

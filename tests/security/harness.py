@@ -9,6 +9,7 @@ over a pipe. Both have the same surface, so one test body runs the real attack i
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import stat
@@ -123,10 +124,13 @@ class AsUser(InProcess):
 
     mode: Mode = "unprivileged"
 
-    def __init__(self, sandbox_mode: str, hook_timeout_s: float = 5.0) -> None:
-        self._process = unprivileged.popen(
-            "tests.security.harness", sandbox_mode, str(hook_timeout_s)
-        )
+    def __init__(
+        self, sandbox_mode: str, hook_timeout_s: float = 5.0, *, user_namespaces: bool = True
+    ) -> None:
+        # user_namespaces=False: the host refuses them (unshare fails with EPERM, as under a
+        # sysctl or an LSM that forbids them), by a seccomp filter on the driver itself.
+        args = (sandbox_mode, str(hook_timeout_s), "userns" if user_namespaces else "no-userns")
+        self._process = unprivileged.popen("tests.security.harness", *args)
 
     def _ask(self, op: str, **args: Any) -> Any:
         stdin, stdout = self._process.stdin, self._process.stdout
@@ -239,8 +243,18 @@ def _serve(harness: InProcess, requests: IO[bytes], answers: IO[bytes]) -> None:
         answers.flush()
 
 
+def _refuse_user_namespaces() -> None:
+    import pyseccomp as sc
+
+    refusal = sc.SyscallFilter(sc.ALLOW)
+    refusal.add_rule(sc.ERRNO(errno.EPERM), "unshare")
+    refusal.load()
+
+
 if __name__ == "__main__":
     if os.geteuid() == 0:
         raise SystemExit("the unprivileged driver must not run as root")
-    sandbox_mode, timeout = sys.argv[1], float(sys.argv[2])
+    sandbox_mode, timeout, namespaces = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    if namespaces == "no-userns":
+        _refuse_user_namespaces()
     _serve(InProcess(sandbox_mode, timeout), sys.stdin.buffer, sys.stdout.buffer)

@@ -14,7 +14,22 @@ import pytest
 from agent_runner.plugins.confine import TASKS_WITHOUT_SECCOMP
 from agent_runner.plugins.sandbox import MAX_SCRATCH_BYTES, MAX_SCRATCH_ENTRIES
 from tests.security.conftest import NOOP, run_hook
-from tests.security.harness import InProcess
+from tests.security.harness import AsUser, InProcess
+
+# Threads on small stacks (RLIMIT_AS alone would allow thousands), until 200 or a refusal.
+THREADS = """
+import _thread
+def hook(view):
+    _thread.stack_size(64 * 1024)
+    started = 0
+    try:
+        while started < 200:
+            _thread.start_new_thread(time.sleep, (60,))
+            started += 1
+    except RuntimeError:
+        pass
+    return SpawnDecision.skip(str(started))
+"""
 
 
 def _process_gone(pid: int, within_s: float = 3.0) -> bool:
@@ -161,6 +176,21 @@ def test_fork_bomb_without_seccomp_is_bounded_and_cleaned_up(unconfined: InProce
     assert not _group_members(group)
 
 
+@pytest.mark.timeout(60)
+def test_a_host_without_user_namespaces_is_named_in_the_calls_output() -> None:
+    # Documented fallback: an unprivileged supervisor at sandbox = "off" then has no task
+    # bound of its own; the child says so where the operator sees the call's output.
+    sandbox = AsUser("off", user_namespaces=False)
+    try:
+        sandbox.start()
+        result = run_hook(sandbox, THREADS, timeout_s=10.0)
+    finally:
+        sandbox.close()
+    assert result.status == "ok", result
+    assert "agent-runner: no per-call task count: unshare(CLONE_NEWUSER)" in result.stderr_tail
+    assert int(result.value["reason"]) == 200
+
+
 def test_stdout_and_stderr_floods_keep_only_a_bounded_tail(confined: InProcess) -> None:
     body = """
     import sys
@@ -284,21 +314,8 @@ def test_without_seccomp_a_call_has_a_task_bound_of_its_own(unconfined: InProces
     others = [
         subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[]) for _ in range(150)
     ]
-    body = """
-    import _thread
-    def hook(view):
-        _thread.stack_size(64 * 1024)  # small stacks: RLIMIT_AS alone would allow thousands
-        started = 0
-        try:
-            while started < 5000:
-                _thread.start_new_thread(time.sleep, (60,))
-                started += 1
-        except RuntimeError:
-            pass
-        return SpawnDecision.skip(str(started))
-    """
     try:
-        result = run_hook(unconfined, body, timeout_s=10.0)
+        result = run_hook(unconfined, THREADS.replace("200", "5000"), timeout_s=10.0)
         one_more = subprocess.run(["true"], user=uid, group=uid, extra_groups=[], check=False)
     finally:
         for other in others:
