@@ -317,14 +317,15 @@ def _own_user_namespace() -> None:
         raise OSError(err, f"unshare(CLONE_NEWUSER): {os.strerror(err)}")
     try:
         # After a switch from root the task is not dumpable and its /proc files belong to
-        # root; the maps are its own to write. _become_unprivileged clears the flag again.
+        # root. Dumpable just long enough to open them (no other process may attach to it
+        # meanwhile at tiers without Landlock): an open descriptor stays writable after.
         _prctl(PR_SET_DUMPABLE, 1)
-        for name, line in (
-            ("uid_map", f"{uid} {uid} 1"),
-            ("setgroups", "deny"),
-            ("gid_map", f"{gid} {gid} 1"),
-        ):
-            fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        names = ("uid_map", "setgroups", "gid_map")
+        try:
+            fds = [os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC) for name in names]
+        finally:
+            _prctl(PR_SET_DUMPABLE, 0)
+        for fd, line in zip(fds, (f"{uid} {uid} 1", "deny", f"{gid} {gid} 1"), strict=True):
             try:
                 os.write(fd, line.encode())
             finally:
