@@ -467,6 +467,9 @@ class _Parser:
         for name, table in values["settings"].items():
             if not isinstance(table, dict):
                 raise self.fail(f"plugins.settings.{name}", "must be a table")
+            found = _not_json(table, f"plugins.settings.{name}")
+            if found is not None:
+                raise self.fail(*found)
         return PluginsConfig(
             disable=tuple(values["disable"]),
             sandbox=values["sandbox"],
@@ -499,6 +502,25 @@ def _show(value: Any) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def _not_json(value: Any, where: str) -> tuple[str, str] | None:
+    """(key, problem) for the first value in a settings table that JSON cannot carry to a hook."""
+    if isinstance(value, dict):
+        items: Any = ((f"{where}.{key}", item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{index}]", item) for index, item in enumerate(value))
+    elif isinstance(value, float) and not math.isfinite(value):
+        return where, "nan and inf cannot reach a plugin (its settings are JSON)"
+    elif not isinstance(value, str | int | float | bool):
+        return where, "a date or time cannot reach a plugin (its settings are JSON): use a string"
+    else:
+        return None
+    for key, item in items:
+        found = _not_json(item, key)
+        if found is not None:
+            return found
+    return None
 
 
 def _hint(name: str, known: Any) -> str:

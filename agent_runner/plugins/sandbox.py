@@ -208,6 +208,11 @@ class Sandbox:
                 return CallResult("crash", None, "sandbox not started", None, None, "")
             return self._call_locked(request, timeout, best_effort=False)
 
+    def server_pids(self) -> tuple[int, ...]:
+        """The fork server's pid while it runs: a supervisor's stray sweep must spare it."""
+        server = self._server
+        return (server.process.pid,) if server is not None and server.alive() else ()
+
     def self_test(self) -> dict[str, bool]:
         """Try each forbidden operation in a confined child: operation -> blocked."""
         assert self._scratch_root is not None, "start() first"

@@ -12,7 +12,8 @@ from agent_runner.errors import ConfigError, GitError
 from agent_runner.events import Emit
 from agent_runner.parsers import PARSER_NAMES
 from agent_runner.plugins import discovery
-from agent_runner.plugins.admission import Admission, admit
+from agent_runner.plugins.admission import admit
+from agent_runner.plugins.hooks import Hooks
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.plugins.trust import running_package
 from agent_runner.supervisor.strays import kill_orphan_group
@@ -41,11 +42,6 @@ def check_runnable(config: Config) -> None:
             f"builtin parsers: {', '.join(sorted(PARSER_NAMES))} (a plugin cannot be the parser "
             "in this version)"
         )
-    if config.vcs.dirty_handler != "builtin":
-        raise ConfigError(
-            f"{where}: vcs.dirty_handler: {config.vcs.dirty_handler!r}: this version runs only "
-            'the builtin dirty handler; plugin dirty handlers are not wired in yet (use "builtin")'
-        )
 
 
 def check_log_dir(config: Config) -> None:
@@ -72,11 +68,10 @@ def find_agent_program(config: Config) -> str | None:
     return shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
 
 
-def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Admission]:
-    """Probe the sandbox, then admit every discovered plugin: (probe report, admission).
+def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Hooks]:
+    """Probe the sandbox, admit every discovered plugin: (probe report, the hooks to call).
 
-    ConfinementUnavailable under `require`. No hook is called between rounds yet, so the
-    fork server is stopped again once admission is done.
+    ConfinementUnavailable under `require`. The hooks own the sandbox from here on.
     """
     sandbox = Sandbox(
         config.plugins.sandbox, emit=emit, hook_timeout_s=config.plugins.hook_timeout_s
@@ -85,9 +80,11 @@ def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Admission
         report = sandbox.start().to_dict()
         candidates = discovery.installed(config.runtime.work_dir)
         admission = admit(candidates, config.plugins, sandbox, emit, package=running_package())
-    finally:
+    except BaseException:
         sandbox.close()
-    return report, admission
+        raise
+    hooks = Hooks(admission, config.plugins, sandbox, emit, dirty_handler=config.vcs.dirty_handler)
+    return report, hooks
 
 
 def reap_previous_agent(previous: dict[str, Any], emit: Emit) -> None:

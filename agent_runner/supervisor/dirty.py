@@ -125,12 +125,46 @@ def secure_tree(
         intent = _ask(decide, view, builtin_view, emit)
     job = _Job(tree, round_no, head_before, idempotency_s, state_dir, now, emit)
     try:
-        return job.execute(intent)
+        report = job.execute(intent)
     except WorkTreeChanged as exc:
         return _left_alone(work_dir, round_no, head_before, exc, emit)
     except (GitError, OSError) as exc:
         emit("dirty_action_failed", round=round_no, action=intent.action, reason=str(exc))
         return TreeReport(head_before, _head_or(tree), True, True, "failed")
+    if report.action == "commit" and intent.paths and report.dirty_after:
+
+        def look_again() -> _Tree:
+            # A second look at a tree whose news was already reported: no event twice.
+            return _inspect(work_dir, round_no, protected, _no_event, pinned, max_file_bytes)
+
+        report = _stash_leftovers(job, report, work_dir, look_again, exit_cause)
+    return report
+
+
+def _stash_leftovers(
+    job: _Job,
+    report: TreeReport,
+    work_dir: Path,
+    look_again: Callable[[], _Tree],
+    exit_cause: str,
+) -> TreeReport:
+    """After a partial commit, stash what it left: no path of the round stays unsecured."""
+    try:
+        leftovers = look_again()
+        if not leftovers.files:
+            return replace(report, dirty_after=False)
+        intent = DirtyIntent.stash(builtin_dirty.stash_message(job.round_no, exit_cause))
+        stashed = replace(job, tree=leftovers).stash(intent)
+    except WorkTreeChanged as exc:
+        return _left_alone(work_dir, job.round_no, job.head_before, exc, job.emit)
+    except (GitError, OSError) as exc:
+        job.emit("dirty_action_failed", round=job.round_no, action="stash", reason=str(exc))
+        return report
+    return replace(report, dirty_after=stashed.dirty_after)
+
+
+def _no_event(kind: str, **fields: Any) -> None:
+    """An emit that writes nothing."""
 
 
 def _left_alone(
@@ -214,12 +248,14 @@ def _is_protected(path: str, protected: Sequence[str]) -> bool:
 
 
 def _ask(decide: Decide, view: DirtyView, builtin_view: DirtyView, emit: Emit) -> DirtyIntent:
+    # A third-party handler that fails or lies costs nothing: the builtin stashes the work.
+    stash_view = replace(builtin_view, settings={"dirty_action": "stash"})
     try:
         intent = decide(view)
-    except Exception as exc:  # a handler's failure must not cost the work: fall back to builtin
-        emit("dirty_intent_rejected", round=view.round, reason=f"handler failed: {exc!r}"[:200])
-        return builtin_dirty.decide(builtin_view)
-    return _validated(intent, builtin_view, emit)
+    except Exception as exc:
+        emit("dirty_intent_rejected", round=view.round, reason=f"{exc}; stashed instead"[:200])
+        return builtin_dirty.decide(stash_view)
+    return _validated(intent, stash_view, emit)
 
 
 def _validated(intent: object, view: DirtyView, emit: Emit) -> DirtyIntent:

@@ -6,11 +6,12 @@ so the whole policy is replayable from a list of outcomes in unit tests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from agent_runner.config import BackoffConfig, BreakersConfig
+from agent_runner.parsers import Transient
 
 SERVER_JITTER_MAX_S = 5.0
 SERVER_JITTER_SHARE = 0.1  # short waits get proportionally short jitter
@@ -103,6 +104,23 @@ def backoff_until(
     # climb the ladder rather than retry at once; transient rounds never trip a breaker.
     wait = min(b.estimated_base_s * 2.0 ** (streak - 1), b.estimated_max_s)
     return min(now + wait, latest), "estimated"
+
+
+def merge_transient(
+    found: Transient | None, observed: Sequence[Transient], now: float
+) -> Transient | None:
+    """The transient the back-off obeys, from the parser's finding and the round observers'.
+
+    The parser's finding stands as found: an observer can neither shorten nor replace the
+    wait it sets. Otherwise the observers' earliest honest reset wins (one still ahead of
+    `now`); with none, the first observer's class climbs the estimated ladder.
+    """
+    if found is not None or not observed:
+        return found
+    honest = [t for t in observed if t.reset_at is not None and t.reset_at > now]
+    if honest:
+        return min(honest, key=lambda t: t.reset_at or 0.0)
+    return replace(observed[0], reset_at=None)
 
 
 def decide(

@@ -12,7 +12,7 @@ from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.events import Emit, redact_argv
 from agent_runner.parsers import Findings, parse_transcript, report_findings
-from agent_runner.supervisor.dirty import TreeReport, secure_tree
+from agent_runner.supervisor.dirty import Decide, TreeReport, secure_tree
 from agent_runner.supervisor.process import (
     AgentExit,
     AgentProcess,
@@ -69,6 +69,7 @@ class RoundRunner:
     tick: Callable[[], None] = lambda: None
     tick_s: float = STOP_FILE_CHECK_S
     keep_pids: Callable[[], Collection[int]] = tuple
+    decide_dirty: Decide | None = None  # None: the builtin dirty handler
 
     def run(self, number: int, prompt: bytes, head_before: str | None) -> RoundResult:
         """Run round `number`; `head_before` is HEAD as the previous round left it."""
@@ -79,13 +80,7 @@ class RoundRunner:
         argv, stdin_data = deliver_prompt(
             config.agent.command, prompt.decode("utf-8", "replace"), config.agent.prompt_delivery
         )
-        env = agent_environment(
-            config.agent.env,
-            round_no=number,
-            log_dir=runtime.log_dir,
-            transcript=transcript,
-            base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
-        )
+        env = round_environment(config, number)
         try:
             relay = TranscriptRelay.open(transcript, runtime.transcript_max_bytes)
             try:
@@ -114,7 +109,7 @@ class RoundRunner:
                 round=number,
                 pid=agent.pid,
                 pgid=agent.pgid,
-                argv=_loggable_argv(argv, config.agent.prompt_delivery),
+                argv=loggable_argv(argv, config.agent.prompt_delivery),
                 transcript=str(transcript),
             )
             cause = self._wait(number, agent)
@@ -199,6 +194,7 @@ class RoundRunner:
             state_dir=self.config.runtime.log_dir,
             emit=self.emit,
             now=self.clock.now(),
+            decide=self.decide_dirty,
             # The supervisor's own inputs: stashing them would undo an operator's live edit.
             protected=(
                 str(self.config.path),
@@ -210,6 +206,18 @@ class RoundRunner:
         )
 
 
-def _loggable_argv(argv: list[str], delivery: str) -> list[str]:
+def round_environment(config: Config, number: int) -> dict[str, str]:
+    """The environment round `number`'s agent is started with."""
+    runtime = config.runtime
+    return agent_environment(
+        config.agent.env,
+        round_no=number,
+        log_dir=runtime.log_dir,
+        transcript=transcript_path(runtime.log_dir, number),
+        base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
+    )
+
+
+def loggable_argv(argv: list[str], delivery: str) -> list[str]:
     # The prompt may be long and private; the event names the program and its flags only.
     return redact_argv([*argv[:-1], "<prompt>"] if delivery == "argv" else argv)

@@ -16,10 +16,11 @@ from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.config import Config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ExitCode, GitError
 from agent_runner.events import EventLog, format_event
-from agent_runner.plugins.admission import Admission
+from agent_runner.plugins.hooks import Hooks
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
+from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
 from agent_runner.supervisor.policy import (
     Decision,
     Limits,
@@ -84,7 +85,7 @@ class Serve:
     notifier: Notifier = field(default_factory=Notifier)
     in_git: bool = False
     head: str | None = None
-    plugins: Admission = field(default_factory=Admission)
+    hooks: Hooks | None = None  # set once plugins are admitted
     pinned: vcs.TreeIdentity | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
@@ -108,6 +109,8 @@ class Serve:
         finally:
             if self.pinned is not None:
                 self.pinned.close()
+            if self.hooks is not None:
+                self.hooks.close()
 
     def _crashed(self, exc: Exception) -> ExitCode:
         """An internal error: recorded as phase `crashed`; exit 69 once it keeps happening."""
@@ -146,8 +149,7 @@ class Serve:
         }
         become_subreaper()
         reap_previous_agent(previous, emit)
-        self._state["sandbox"], self.plugins = admit_plugins(self.config, emit)
-        self._state["plugins"] = self.plugins.state()
+        spawn_gate = self._admit_plugins()
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
         repo = None
@@ -181,6 +183,12 @@ class Serve:
                 # Spawning now would start the agent in whatever work_dir has become.
                 emit("work_tree_changed", round=self.last_round, path=str(work_dir), reason=changed)
                 return self._finish("gave up: work_tree_changed", ExitCode.GAVE_UP)
+            wait = spawn_gate.ask(self.config, self.last_round + 1, self.last_summary)
+            if wait is not None:
+                self._save("deferred", **wait.detail(self.clock.now()))
+                self.notifier.status(f"round {self.last_round + 1}: {wait.action} by {wait.hook}")
+                self._sleep(wait.seconds)
+                continue
             prompt = self._prompt(watcher)
             if prompt is None:
                 continue
@@ -198,6 +206,14 @@ class Serve:
                 self._save("restart_delay", delay_s=decision.delay_s)
                 self.notifier.status(f"round {self.last_round} done; next in {decision.delay_s:g}s")
                 self._sleep(decision.delay_s)
+
+    def _admit_plugins(self) -> SpawnGate:
+        """Admit the plugins; their hooks and event kinds from here on, until serve exits."""
+        self._state["sandbox"], self.hooks = admit_plugins(self.config, self.events.emit)
+        for plugin in self.hooks.admitted():
+            self.events.allow_plugin_kinds(plugin.name, plugin.event_kinds)
+        self._state["plugins"] = self.hooks.state()
+        return SpawnGate(self.hooks, self.events.emit)
 
     def _gates(self) -> str | None:
         """Why the loop must stop now, or None; waits out an active back-off."""
@@ -259,6 +275,7 @@ class Serve:
         return prompt
 
     def _round(self, prompt: bytes) -> RoundResult:
+        assert self.hooks is not None
         self.last_round += 1
         self.rounds_run += 1
         self.notifier.status(f"round {self.last_round} running")
@@ -272,9 +289,12 @@ class Serve:
             pinned=self.pinned,
             tick=self._round_tick,
             tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
+            keep_pids=self.hooks.helper_pids,
+            decide_dirty=dirty_decider(self.hooks, self.config),
         )
         # HEAD as the last round left it: the only process between rounds is this one.
         result = runner.run(self.last_round, prompt, self.head)
+        result = observe_round(self.hooks, self.config, result, self.events.emit, self.clock.now())
         self._pruned_upto = prune_transcripts(
             transcript_path(self.config.runtime.log_dir, self.last_round).parent,
             newest=self.last_round,
@@ -403,6 +423,8 @@ class Serve:
         if self.last_summary is not None:
             self._state["last_round"] = self.last_summary
         self._state["loop"] = asdict(self.loop)
+        if self.hooks is not None:
+            self._state["plugins"] = self.hooks.state()
         self._watchdog()
         try:
             write_state(self.config.runtime.log_dir, self._state)

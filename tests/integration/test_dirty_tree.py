@@ -491,8 +491,15 @@ def test_third_party_commit_of_a_subset(tmp_path: Path) -> None:
     assert report.action == "commit"
     assert git(repo, "log", "-1", "--format=%s").strip() == "docs from round 7"
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["docs/guide.md"]
-    assert report.dirty_after
-    assert (repo / "new.txt").exists()
+    # What the commit left is stashed by SHA, untracked files included: nothing stays loose.
+    (stashed,) = events.of("orphan_stashed")
+    assert events.kinds().index("dirty_auto_committed") < events.kinds().index("orphan_stashed")
+    assert not report.dirty_after
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "show", f"{stashed['ref']}:tracked.txt") == "v2\n"
+    assert git(repo, "show", f"{stashed['ref']}^3:new.txt") == "brand new\n"
+    subject = git(repo, "log", "-1", "--format=%s", stashed["ref"]).strip()
+    assert subject.endswith("agent-runner round 7 (clean)")
 
 
 def test_third_party_commit_after_an_error_is_stashed(tmp_path: Path) -> None:
@@ -675,11 +682,14 @@ def test_any_file_names_are_stashed_or_committed_exactly(
         assert set(git(repo, "show", "--name-only", "-z", "--format=", "HEAD").split("\0")) - {
             ""
         } == set(chosen)
-        report = secure(repo, RecordedEvents(), round_no=8)
-        assert report.action == ("stash" if paths[1:] else "none")
+        # The rest was stashed by the same call, exactly: the untracked files' own tree.
+        assert not report.dirty_after
         assert porcelain(repo) == ""
         for path in paths:
             assert not (repo / path).exists() or path in chosen
+        if paths[1:]:
+            listed = git(repo, "ls-tree", "-z", "--name-only", "refs/stash^3").split("\0")
+            assert set(listed) - {""} == set(paths[1:])
 
 
 # --- what git would rewrite, and what it cannot open --------------------------------------

@@ -446,11 +446,25 @@ def test_a_pin_naming_no_installed_plugin_is_one_warning(project: Project) -> No
     assert [e["name"] for e in project.events("plugin_pin_unused")] == ["gone_plugin"]
 
 
-def test_a_plugin_dirty_handler_is_an_honest_config_error(project: Project) -> None:
-    project.write_config(agent("exits_with.py", "0"), vcs={"dirty_handler": "good_plugin"})
-    done = cli(project, "serve", "--once")
-    assert done.returncode == 78
-    assert "plugin dirty handlers are not wired in yet" in done.stderr
+def test_a_dirty_handler_that_is_not_admitted_is_a_boot_warning_and_the_builtin_acts(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "good_plugin")
+    command = ["sh", "-c", "echo round $AGENT_RUNNER_ROUND > notes.txt"]
+    for name, reason in [
+        ("nothing_here", "no installed plugin has this name"),
+        ("good_plugin", "it has no dirty handler"),
+    ]:
+        project.write_config(command, vcs={"dirty_handler": name, "dirty_action": "commit"})
+        serve_once(project, before=(site,))
+        (warning,) = project.events("dirty_handler_unavailable")[-1:]
+        assert (warning["name"], warning["reason"]) == (name, reason)
+        kinds = [e["event"] for e in project.events()]
+        assert kinds.index("dirty_handler_unavailable") < kinds.index("round_start")
+    # Once per serve, and the builtin did what [vcs] dirty_action says: it committed.
+    assert len(project.events("dirty_handler_unavailable")) == 2
+    assert len(project.events("dirty_auto_committed")) == 2
+    assert not project.events("dirty_intent_rejected")
 
 
 def test_doctor_reports_each_plugins_provenance_pin_and_digest(
@@ -520,8 +534,11 @@ def test_unconfined_the_payload_runs_only_in_a_sandbox_child(
     )
     assert serve.wait(timeout=60) == 0
     found = markers.markers()
-    assert len(found) == 1
-    pid, parent = found[0]
-    # Not serve, and not the fork server (serve's child): a child of the fork server.
-    assert serve.pid not in (pid, parent)
+    # The describe call at boot and round 1's spawn hook: one fresh child each.
+    assert len(found) == 2
+    assert len({pid for pid, _ in found}) == 2
+    # Not serve, and not the fork server (serve's child): children of the one fork server.
+    assert len({parent for _, parent in found}) == 1
+    for pid, parent in found:
+        assert serve.pid not in (pid, parent)
     assert project.events("plugin_admitted")[0]["tier"] == "none"
