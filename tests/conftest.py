@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder: the plugins under tests/plugins, built and installed.
+"""Fixtures shared by every test folder: the plugins under tests/plugins and examples/, built
+and installed.
 
 Each package is built into a real wheel (hatchling) and installed with pip into its own
 `--target` folder once per session; a test copies the installs it needs into a site folder of
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 PLUGIN_SOURCES = Path(__file__).parent / "plugins"
+EXAMPLE_SOURCES = Path(__file__).parents[1] / "examples"
 MARKER_PLACEHOLDER = "@MARKER_DIR@"
 # Runs the real CLI with chosen folders in front of and behind the interpreter's own sys.path.
 _LAUNCH = """\
@@ -98,7 +100,11 @@ def plugin_installs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugin
     root = tmp_path_factory.mktemp("plugins")
     wheels, installs = {}, {}
     try:
-        for source in sorted(PLUGIN_SOURCES.glob("*/pyproject.toml")):
+        sources = [
+            *PLUGIN_SOURCES.glob("*/pyproject.toml"),
+            *EXAMPLE_SOURCES.glob("*/pyproject.toml"),
+        ]
+        for source in sorted(sources):
             package = source.parent.name
             copy = root / "src" / package
             shutil.copytree(source.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))

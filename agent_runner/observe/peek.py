@@ -48,6 +48,7 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
             "version": supervisor.get("version"),
         },
         "round": active_round,
+        "deferred": _deferred(state, now) if running else None,
         "last_round": state.get("last_round"),
         "rounds_run": state.get("rounds_run", 0),
         "backoff": {
@@ -83,6 +84,22 @@ def _ended_phase(supervisor: dict[str, Any]) -> str:
     return "crashed" if supervisor.get("phase") == "crashed" else "stopped"
 
 
+def _deferred(state: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """While spawn hooks hold the next round back: which hook, why, and until when."""
+    detail = state.get("phase_detail")
+    if (state.get("supervisor") or {}).get("phase") != "deferred" or not isinstance(detail, dict):
+        return None
+    until = detail.get("until")
+    remaining = round(max(0.0, until - now), 1) if isinstance(until, int | float) else None
+    return {
+        "action": detail.get("action"),
+        "hook": detail.get("hook"),
+        "reason": detail.get("reason"),
+        "until": until,
+        "remaining_s": remaining,
+    }
+
+
 def select_path(snap: dict[str, Any], path: str) -> Any:
     """The value at a dotted path such as `backoff.until`."""
     value: Any = snap
@@ -116,6 +133,12 @@ def render_peek(snap: dict[str, Any]) -> str:
             f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "
             f"in {last['duration_s']}s"
             + (f", transient {last['transient']}" if last.get("transient") else "")
+        )
+    deferred = snap["deferred"]
+    if deferred:
+        lines.append(
+            f"deferred    {deferred['action']} by {deferred['hook']}, "
+            f"{deferred['remaining_s']}s left: {deferred['reason']}"
         )
     lines.append(f"rounds run  {snap['rounds_run']}")
     if backoff["active"]:

@@ -21,7 +21,7 @@ NOT_ADMITTED = "not admitted yet"
 def plugin_rows(config: Config) -> list[dict[str, Any]]:
     """One row per builtin and per discovered third-party entry, as plain JSON data."""
     admitted = _admitted_by_serve(config)
-    rows = [builtin_verdict(name).to_dict() for name in BUILTINS]
+    rows = [builtin_verdict(name).to_dict() | {"failures": 0} for name in BUILTINS]
     candidates = discovery.installed(config.runtime.work_dir)
     pins = config.plugins.pin
     for checked in assess_all(candidates, pins, running_package()):
@@ -49,12 +49,14 @@ def _row(
         "families": None,
         "event_kinds": None,
         "tier": None,
+        "failures": 0,
     }
     seen = admitted.get((candidate.name, dist.name, str(dist.site)))
     # What serve decided holds only for the files it saw: a changed distribution is news.
     if seen is not None and seen.get("digest") in (None, checked.digest):
         row |= {key: seen.get(key) for key in ("state", "families", "event_kinds", "tier")}
-        if seen.get("state") == "refused":
+        row["failures"] = seen.get("failures", 0)
+        if seen.get("state") in ("refused", "quarantined"):
             row["reason"] = seen.get("reason")
     return row
 
@@ -81,7 +83,8 @@ def render_rows(rows: list[dict[str, Any]]) -> str:
         if row["kind"] != "builtin":
             lines.append(f"  pin       {row['pin_state']}")
             lines.append(f"  digest    {row['digest'] or '-'}")
-        lines.append(f"  state     {row['state']}")
+        failures = f" ({row['failures']} failed calls in a row)" if row.get("failures") else ""
+        lines.append(f"  state     {row['state']}{failures}")
         if row["reason"]:
             lines.append(f"  reason    {row['reason']}")
         lines.append(f"  families  {format_families(row['families'])}")

@@ -47,7 +47,8 @@ class SpawnDecision:
         Returns:
             The decision.
         """
-        return cls("defer", float(seconds), reason)
+        # Kept as given: a value no float can hold must fail the call's check, not the hook.
+        return cls("defer", seconds, reason)
 
     @classmethod
     def skip(cls, reason: str) -> SpawnDecision:

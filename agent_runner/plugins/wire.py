@@ -301,7 +301,8 @@ def _expect_str_list(value: Any, what: str, limit: int) -> None:
 def _expect_number(value: Any, what: str, low: float, high: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise WireError(f"{what} must be a number")
-    if not (math.isfinite(value) and low <= value <= high):
+    # The range first: an integer no float can hold makes isfinite raise OverflowError.
+    if not (low <= value <= high and math.isfinite(value)):
         raise WireError(f"{what} must be within {low}..{high}")
 
 

@@ -122,9 +122,9 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Iterator[Project]:
-    work_dir = tmp_path / "work"
+def create_project(root: Path) -> Project:
+    """A git work tree with a prompt under `root`, its log_dir beside it."""
+    work_dir = root / "work"
     work_dir.mkdir()
     git(work_dir, "init", "-q")
     (work_dir / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
@@ -132,9 +132,12 @@ def project(tmp_path: Path) -> Iterator[Project]:
     git(work_dir, "commit", "-q", "-m", "init")
     (work_dir / "prompts").mkdir()
     (work_dir / "prompts" / "main.md").write_text("do the work\n")
-    proj = Project(tmp_path, work_dir, tmp_path / "logs", work_dir / "agent-runner.toml")
-    yield proj
-    for child in proj.children:
+    return Project(root, work_dir, root / "logs", work_dir / "agent-runner.toml")
+
+
+def stop_children(project: Project) -> None:
+    """End every serve a test started and left running."""
+    for child in project.children:
         if child.poll() is None:
             # SIGTERM first: serve then takes its agent down with it; SIGKILL would orphan it.
             child.terminate()
@@ -143,3 +146,10 @@ def project(tmp_path: Path) -> Iterator[Project]:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    proj = create_project(tmp_path)
+    yield proj
+    stop_children(proj)

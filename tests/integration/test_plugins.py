@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,52 +14,15 @@ from typing import Any
 
 import pytest
 
-from agent_runner.supervisor.state import read_state
-from tests.conftest import PluginInstalls, build_wheel, cli_argv, install_wheel, run_cli
+from tests.conftest import PluginInstalls, build_wheel, cli_argv, install_wheel
 from tests.integration.conftest import REPO, Project, agent, git
+from tests.pluginrun import DIGEST, cli, listed, pin, serve_once, verdicts
 
 DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def cli(
-    project: Project, *args: str, before: tuple[Path, ...] = (), after: tuple[Path, ...] = ()
-) -> subprocess.CompletedProcess[str]:
-    return run_cli(
-        *args, "--config", str(project.config_path), cwd=project.root, before=before, after=after
-    )
-
-
-def serve_once(
-    project: Project, before: tuple[Path, ...] = (), after: tuple[Path, ...] = ()
-) -> subprocess.CompletedProcess[str]:
-    done = cli(project, "serve", "--once", before=before, after=after)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def configure(project: Project, command: list[str] | None = None, **plugins: Any) -> None:
     project.write_config(command or agent("exits_with.py", "0"), plugins=plugins)
-
-
-def verdicts(project: Project) -> dict[str, dict[str, Any]]:
-    """state.json's verdicts of third-party entries, by name."""
-    state = read_state(project.log_dir)
-    return {v["name"]: v for v in state["plugins"] if v["kind"] != "builtin"}
-
-
-def listed(project: Project, site: Path) -> dict[str, dict[str, Any]]:
-    done = cli(project, "plugins", "list", "--json", before=(site,))
-    assert done.returncode == 0, done.stderr
-    return {row["name"]: row for row in json.loads(done.stdout)["plugins"] if row["site"]}
-
-
-def pin(project: Project, site: Path, name: str) -> str:
-    done = cli(project, "plugins", "pin", name, before=(site,))
-    assert done.returncode == 0, done.stderr
-    match = DIGEST.search(done.stdout)
-    assert match, done.stdout
-    return match.group(0)
 
 
 # --- discovery and `plugins list` ------------------------------------------------------------

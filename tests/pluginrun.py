@@ -1,0 +1,69 @@
+"""The real CLI and serve, run with test plugin installs on the supervisor's sys.path."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agent_runner.supervisor.state import read_state
+from tests.conftest import cli_argv, run_cli
+from tests.integration.conftest import Project
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def cli(
+    project: Project, *args: str, before: tuple[Path, ...] = (), after: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        *args, "--config", str(project.config_path), cwd=project.root, before=before, after=after
+    )
+
+
+def serve_once(
+    project: Project, before: tuple[Path, ...] = (), after: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    done = cli(project, "serve", "--once", before=before, after=after)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def start_serve(project: Project, *args: str, site: Path) -> subprocess.Popen[bytes]:
+    """serve in the background with `site` first on its sys.path; the fixture stops it."""
+    proc = subprocess.Popen(
+        cli_argv("serve", *args, "--config", str(project.config_path), before=(site,)),
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    project.children.append(proc)
+    return proc
+
+
+def verdicts(project: Project) -> dict[str, dict[str, Any]]:
+    """state.json's verdicts of third-party entries, by name."""
+    state = read_state(project.log_dir)
+    return {v["name"]: v for v in state["plugins"] if v["kind"] != "builtin"}
+
+
+def listed(project: Project, site: Path) -> dict[str, dict[str, Any]]:
+    done = cli(project, "plugins", "list", "--json", before=(site,))
+    assert done.returncode == 0, done.stderr
+    return {row["name"]: row for row in json.loads(done.stdout)["plugins"] if row["site"]}
+
+
+def pin(project: Project, site: Path, name: str) -> str:
+    done = cli(project, "plugins", "pin", name, before=(site,))
+    assert done.returncode == 0, done.stderr
+    match = DIGEST.search(done.stdout)
+    assert match, done.stdout
+    return match.group(0)
+
+
+def peek(project: Project, site: Path) -> dict[str, Any]:
+    done = cli(project, "peek", "--json", before=(site,))
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
