@@ -23,6 +23,7 @@ from agent_runner.errors import ConfinementUnavailable
 from agent_runner.plugins.sandbox import CallRequest, CallResult, Sandbox
 from tests.security import harness
 from tests.security.harness import InProcess
+from tests.integration.conftest import Project, create_project, stop_children
 
 SECRET_NAME = "AGENT_RUNNER_TEST_API_KEY"
 SECRET_VALUE = "sk-test-5f1c0a9d7e3b"
@@ -138,3 +139,38 @@ def shared_dir(confined: InProcess) -> Iterator[Path]:
     os.chown(path, confined.child_uid, confined.child_uid)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    """A project whose serve a test starts; every serve left running is stopped after it."""
+    proj = create_project(tmp_path)
+    yield proj
+    stop_children(proj)
+
+
+@pytest.fixture
+def public_project() -> Iterator[Project]:
+    """A project the plugin's uid could read and write were it not confined.
+
+    pytest's own tmp folders are 0700 root: there ordinary permissions would refuse a plugin
+    running as nobody before the sandbox is even asked. Here only the sandbox can refuse.
+    """
+    root = Path(tempfile.mkdtemp(prefix="agent-runner-public-"))
+    root.chmod(0o755)
+    proj = create_project(root)
+    proj.work_dir.chmod(0o777)
+    try:
+        yield proj
+    finally:
+        stop_children(proj)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def expect_full_tier(project: Project) -> None:
+    """Every admitted plugin ran at the full tier; a host that can confine must, never skip."""
+    tiers = {event["tier"] for event in project.events("plugin_admitted")}
+    if tiers != {"full"}:
+        if REQUIRE_CONFINEMENT or host_offers_landlock():
+            pytest.fail(f"this host can confine but plugins were admitted at tiers {tiers}")
+        pytest.skip(f"no Landlock in this kernel, nothing to attack: tiers {tiers}")
