@@ -17,10 +17,11 @@ class RecordedEvents:
     """
 
     events: list[dict[str, Any]] = field(default_factory=list)
+    plugin_kinds: set[str] = field(default_factory=set)  # `<plugin>.<kind>` names accepted
 
     def __call__(self, kind: str, **fields: Any) -> None:
         event = {"event": kind, **fields}
-        check_event(event)
+        check_event(event, self.plugin_kinds)
         self.events.append(event)
 
     def kinds(self) -> list[str]:

@@ -1,13 +1,15 @@
 """Test agent: edit files in the work tree, print a Claude Code stream-json transcript.
 
-`claude_stream.py [--tool-calls N] [--overloaded] [--write PATH]...`: each PATH gets the round
-number; N assistant messages carry a tool_use block; --overloaded ends with the API's 529
-result (exit 1), as Claude Code prints it, instead of a success.
+`claude_stream.py [--tool-calls N] [--overloaded] [--limited-for S] [--write PATH]...`: each
+PATH gets the round number; N assistant messages carry a tool_use block; --overloaded ends
+with the API's 529 result (exit 1), as Claude Code prints it, instead of a success;
+--limited-for ends with a rejected five-hour limit that resets in S seconds (exit 1).
 """
 
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 OVERLOADED = (
@@ -23,6 +25,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tool-calls", type=int, default=0)
     parser.add_argument("--overloaded", action="store_true")
+    parser.add_argument("--limited-for", type=float)
     parser.add_argument("--write", action="append", default=[])
     args = parser.parse_args()
     round_no = os.environ.get("AGENT_RUNNER_ROUND", "?")
@@ -35,6 +38,16 @@ if __name__ == "__main__":
         block = {"type": "tool_use", "id": f"toolu_{number}", "name": "Edit", "input": {}}
         emit({"type": "assistant", "message": {"role": "assistant", "content": [block]}})
         emit({"type": "user", "message": {"content": [{"type": "tool_result", "content": "ok"}]}})
+    if args.limited_for is not None:
+        info = {"status": "rejected", "rateLimitType": "five_hour"}
+        emit(
+            {
+                "type": "rate_limit_event",
+                "rate_limit_info": info | {"resetsAt": int(time.time() + args.limited_for)},
+            }
+        )
+        emit({"type": "result", "is_error": True, "result": "Claude AI usage limit reached"})
+        raise SystemExit(1)
     if args.overloaded:
         emit({"type": "result", "subtype": "success", "is_error": True, "result": OVERLOADED})
         raise SystemExit(1)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runner.config import BackoffConfig, BreakersConfig
+from agent_runner.parsers import Transient
 from agent_runner.supervisor.policy import (
     Decision,
     Limits,
@@ -16,6 +17,7 @@ from agent_runner.supervisor.policy import (
     Outcome,
     after_internal_error,
     decide,
+    merge_transient,
     restart_delay,
 )
 
@@ -233,3 +235,73 @@ def test_a_round_that_reaches_its_decision_resets_the_internal_error_count() -> 
     for outcome in (CLEAN, FAST_ERROR, Outcome("error", 1, False, transient="api_timeout")):
         after, _ = decide(state, outcome, LIMITS, now=NOW)
         assert after.internal_errors == 0, outcome
+
+
+# --- the parser's findings and the round observers' --------------------------------------
+
+
+def found(classification: str, reset_at: float | None, source: str = "parser") -> Transient:
+    return Transient(classification, reset_at, source)
+
+
+def replay_findings(
+    rounds: Iterable[tuple[Transient | None, list[Transient]]],
+) -> list[Decision]:
+    """Rounds of (parser finding, observer reports), through merge_transient and decide."""
+    state, decisions = LoopState(), []
+    for parsed, observed in rounds:
+        chosen = merge_transient(parsed, observed, NOW)
+        outcome = Outcome(
+            "error",
+            duration_s=5,
+            progressed=False,
+            transient=chosen.classification if chosen else None,
+            reset_at=chosen.reset_at if chosen else None,
+        )
+        state, decision = decide(state, outcome, LIMITS, now=NOW)
+        decisions.append(decision)
+    return decisions
+
+
+def test_an_observer_cannot_shorten_a_parser_found_wait() -> None:
+    parsed = found("rate_limit_account", NOW + 3600)
+    soon = found("rate_limit_account", NOW + 1, "reported by eager:hook")
+    assert merge_transient(parsed, [soon], NOW) is parsed
+    (decision,) = replay_findings([(parsed, [soon])])
+    assert (decision.until, decision.source) == (NOW + 3600, "server")
+
+
+def test_an_observer_cannot_replace_the_parsers_ladder_with_an_earlier_reset() -> None:
+    parsed = found("api_transient_5xx", None)
+    soon = found("rate_limit_model", NOW + 5, "reported by eager:hook")
+    (decision,) = replay_findings([(parsed, [soon])])
+    assert (decision.until, decision.source) == (NOW + 60, "estimated")
+
+
+def test_without_a_parser_finding_the_earliest_honest_reset_wins() -> None:
+    late = found("rate_limit_account", NOW + 7200, "reported by a:hook")
+    early = found("rate_limit_model", NOW + 600, "reported by b:hook")
+    stale = found("rate_limit_account", NOW - 30, "reported by c:hook")
+    assert merge_transient(None, [late, stale, early], NOW) is early
+    (decision,) = replay_findings([(None, [late, stale, early])])
+    assert (decision.until, decision.source) == (NOW + 600, "server")
+
+
+def test_an_observers_stale_reset_climbs_the_ladder_of_its_class() -> None:
+    stale = found("api_timeout", NOW - 30, "reported by a:hook")
+    assert merge_transient(None, [stale], NOW) == found("api_timeout", None, "reported by a:hook")
+    decisions = replay_findings([(None, [stale])] * 3)
+    assert [d.until for d in decisions] == [NOW + 60, NOW + 120, NOW + 240]
+
+
+def test_observers_feed_the_same_ladder_as_the_parser() -> None:
+    """One class, found by the parser once and by an observer twice: one streak."""
+    parsed = found("api_transient_5xx", None)
+    observed = found("api_transient_5xx", None, "reported by a:hook")
+    decisions = replay_findings([(parsed, []), (None, [observed]), (None, [observed])])
+    assert [d.until for d in decisions] == [NOW + 60, NOW + 120, NOW + 240]
+
+
+def test_no_finding_and_no_report_is_no_transient() -> None:
+    assert merge_transient(None, [], NOW) is None
+    assert replay_findings([(None, [])]) == [Decision("continue", delay_s=10)]

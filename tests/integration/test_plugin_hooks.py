@@ -1,0 +1,147 @@
+"""Round observers and plugin settings through a real serve, with real installed plugins.
+
+What an observer writes into the log, and how its transient meets the parser's in the
+back-off; settings that reach a plugin, or reach nothing and are said to.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agent_runner.supervisor.state import read_state
+from tests.conftest import PluginInstalls
+from tests.integration.conftest import Project, agent
+from tests.pluginrun import cli, serve_once
+
+
+def configure(project: Project, command: list[str], report: dict[str, Any], **tables: Any) -> None:
+    project.write_config(
+        command,
+        plugins={"sandbox": "prefer", "settings": {"observer_plugin": report}},
+        **tables,
+    )
+
+
+def test_observer_events_are_written_under_its_name_and_undeclared_ones_dropped(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    events = [
+        ["noted", {"files": ["a.py"], "nested": {"depth": [1, 2.5, True]}}],
+        ["sneaky", {"x": 1}],
+        ["noted", {"ts": "1999-12-31T23:59:59.000Z"}],
+    ]
+    configure(project, agent("exits_with.py", "0"), {"events": events})
+    serve_once(project, before=(site,))
+    (noted,) = project.events("observer_plugin.noted")
+    assert noted["files"] == ["a.py"]
+    assert noted["nested"] == {"depth": [1, 2.5, True]}
+    assert not project.events("observer_plugin.sneaky")
+    (failed,) = project.events("hook_failed")
+    assert (failed["hook"], failed["plugin"], failed["cause"]) == (
+        "observer_plugin:report",
+        "observer_plugin",
+        "invalid_result",
+    )
+    assert "event kind 'sneaky' is not declared" in failed["detail"]
+    assert "event field 'ts' is reserved" in failed["detail"]
+    assert project.events("round_end")
+
+
+def test_more_than_100_events_in_one_call_is_an_invalid_result(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    configure(
+        project, agent("exits_with.py", "0"), {"events": [["noted", {"n": n}] for n in range(101)]}
+    )
+    serve_once(project, before=(site,))
+    assert not project.events("observer_plugin.noted")
+    (failed,) = project.events("hook_failed")
+    assert failed["cause"] == "invalid_result"
+    assert "events must be a list of at most 100" in failed["detail"]
+
+
+def test_an_observers_server_reset_is_obeyed(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    report = {"classification": "rate_limit_account", "reset_in_s": 600}
+    configure(project, agent("exits_with.py", "1"), report, agent={"parser": "none"})
+    before = time.time()
+    serve_once(project, before=(site,))
+    (detected,) = project.events("transient_error_detected")
+    assert detected["classification"] == "rate_limit_account"
+    assert detected["detail"] == "reported by observer_plugin:report"
+    loop = read_state(project.log_dir)["loop"]
+    assert loop["backoff_source"] == "server"
+    # The reset as reported, plus at most 5 s of jitter; never the estimated ladder's 60 s.
+    assert before + 600 <= loop["backoff_until"] <= time.time() + 605
+    assert read_state(project.log_dir)["last_round"]["transient"] == "rate_limit_account"
+
+
+def test_an_observer_cannot_shorten_the_parsers_wait(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    report = {"classification": "rate_limit_account", "reset_in_s": 1}
+    configure(project, agent("claude_stream.py", "--limited-for", "3600"), report)
+    before = time.time()
+    serve_once(project, before=(site,))
+    (detected,) = project.events("transient_error_detected")
+    assert not detected["detail"].startswith("reported by")
+    assert detected["reset_at"] >= before + 3598
+    loop = read_state(project.log_dir)["loop"]
+    assert loop["backoff_source"] == "server"
+    assert loop["backoff_until"] >= before + 3598
+    assert not project.events("hook_failed")
+
+
+def test_an_unknown_transient_class_is_an_invalid_result_and_no_back_off(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    configure(
+        project,
+        agent("exits_with.py", "1"),
+        {"classification": "moon_phase"},
+        agent={"parser": "none"},
+    )
+    serve_once(project, before=(site,))
+    (failed,) = project.events("hook_failed")
+    assert failed["detail"] == "unknown transient classification 'moon_phase'"
+    assert not project.events("transient_error_detected")
+    assert read_state(project.log_dir)["loop"]["backoff_until"] is None
+
+
+def test_settings_for_a_plugin_that_is_not_admitted_are_warned_once(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    project.write_config(
+        agent("exits_with.py", "0"),
+        plugins={
+            "disable": ["observer_plugin"],
+            "settings": {"observer_plugin": {"events": []}, "ghost": {"a": 1}},
+        },
+    )
+    done = cli(project, "serve", "--max-rounds", "2", before=(site,))
+    assert done.returncode == 0, done.stderr
+    unused = project.events("plugin_settings_unused")
+    assert sorted(e["name"] for e in unused) == ["ghost", "observer_plugin"]
+    kinds = [e["event"] for e in project.events()]
+    assert kinds.index("plugin_settings_unused") < kinds.index("round_start")
+
+
+def test_a_settings_value_json_cannot_carry_is_a_one_line_config_error(project: Project) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    text = project.config_path.read_text()
+    project.config_path.write_text(text + "\n[plugins.settings.office_hours]\nopens = 09:00:00\n")
+    done = cli(project, "serve", "--once")
+    assert done.returncode == 78
+    assert done.stderr.strip().endswith(
+        "plugins.settings.office_hours.opens: a date or time cannot reach a plugin "
+        "(its settings are JSON): use a string"
+    )
+    assert len(done.stderr.strip().splitlines()) == 1
