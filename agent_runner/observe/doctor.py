@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from agent_runner.supervisor.instance import read_holder
 from agent_runner.systemd.state import unit_drift, unit_state
 
 Level = Literal["ok", "warn", "FAIL"]
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -327,7 +329,6 @@ def _plugin_check(row: dict[str, Any], require: bool) -> Check:  # noqa: PLR0911
     if row["state"] == "disabled":
         return Check(name, "ok", f"{about}, disabled (never read)")
     digest = f"digest {row['digest']}" if row["digest"] else "no digest"
-    pin_fix = f"`agent-runner plugins pin {row['name']}` once you trust these files"
     if row["kind"] == "squatter":
         return Check(
             name,
@@ -335,6 +336,9 @@ def _plugin_check(row: dict[str, Any], require: bool) -> Check:  # noqa: PLR0911
             f"{about} claims a builtin's name or agent-runner's package ({digest})",
             f"uninstall {row['dist']}",
         )
+    pin_fix = f"`agent-runner plugins pin {row['name']}` once you trust these files"
+    if row["digest"]:
+        pin_fix += f", or add to [plugins.pin]: {pin_line(row['name'], row['digest'])}"
     if state == "refused":
         return Check(name, "FAIL", f"{about}: refused: {row['reason']}", f"uninstall {row['dist']}")
     if state == "mismatch":
@@ -348,3 +352,9 @@ def _plugin_check(row: dict[str, Any], require: bool) -> Check:  # noqa: PLR0911
         level: Level = "FAIL" if require else "warn"
         return Check(name, level, f"{about}: not pinned; {digest}", pin_fix)
     return Check(name, "ok", f"{about}: pin verified; {digest}")
+
+
+def pin_line(name: str, digest: str) -> str:
+    """The `[plugins.pin]` line for `name`, ready to paste (the key quoted when TOML needs it)."""
+    key = name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+    return f'{key} = "{digest}"'

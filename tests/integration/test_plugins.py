@@ -458,6 +458,36 @@ def test_doctor_reports_each_plugins_provenance_pin_and_digest(
     assert "not pinned; digest sha256:" in details["plugin payload_plugin"]
 
 
+def test_doctor_gives_a_paste_ready_pin_line_and_fails_on_a_mismatch(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "good_plugin", "squatter_plugin")
+    stale = f'good_plugin = "sha256:{"d" * 64}"'
+    configure(project, pin={"good_plugin": "sha256:" + "d" * 64})
+
+    def doctor() -> dict[str, dict[str, str]]:
+        done = cli(project, "doctor", "--json", before=(site,))
+        checks = json.loads(done.stdout)
+        return {f"{c['name']} {c['level']}": c for c in checks if c["name"].startswith("plugin ")}
+
+    checks = doctor()
+    mismatch = checks["plugin good_plugin FAIL"]
+    assert "does not match its pin" in mismatch["detail"]
+    line = mismatch["fix"].split("or add to [plugins.pin]: ", 1)[1]
+    key, digest = line.split(" = ")
+    assert key == "good_plugin"
+    assert DIGEST.fullmatch(digest.strip('"'))
+    # Never a pin line for a squatter: uninstalling it is the only fix.
+    squatters = [c for k, c in checks.items() if k.endswith("FAIL") and "squatter" in c["detail"]]
+    assert squatters
+    assert all("[plugins.pin]" not in c["fix"] for c in squatters)
+    # The line, pasted over the stale pin, is what the files hash to.
+    assert stale in project.config_path.read_text()
+    project.config_path.write_text(project.config_path.read_text().replace(stale, line))
+    verified = doctor()["plugin good_plugin ok"]
+    assert verified["detail"].endswith(f"pin verified; digest {digest.strip(chr(34))}")
+
+
 # --- no plugin code in a supervisor-side process ---------------------------------------------
 
 
