@@ -12,16 +12,10 @@ demo  # unused function (agent_runner/cli.py)
 plugins_list  # unused function (agent_runner/cli.py)
 plugins_pin  # unused function (agent_runner/cli.py)
 
-# Config fields the hook-calling layer will read; they are validated and documented now.
-spawn_override_allow  # unused variable (agent_runner/config.py)
-max_defer_s  # unused variable (agent_runner/config.py)
-quarantine_after  # unused variable (agent_runner/config.py)
-schema_version  # unused variable (agent_runner/config.py)
+schema_version  # unused variable (agent_runner/config.py): kept in the parsed config
 
 # Public API for plugin authors and for the plugin layer: used by code outside this package.
 PLUGIN  # unused variable (agent_runner/plugins/builtin/dirty.py): the builtin entry point's target
-_.request  # unused method (agent_runner/plugins/admission.py): how hook calls are built
-_.allow_plugin_kinds  # unused method (agent_runner/events.py)
 _.proceed  # unused method (agent_runner/plugins/__init__.py)
 _.defer  # unused method (agent_runner/plugins/__init__.py)
 

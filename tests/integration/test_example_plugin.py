@@ -206,3 +206,22 @@ def test_plugins_list_shows_the_example_as_serve_admitted_it(project: Project, s
         digest,
     )
     assert (row["state"], row["failures"]) == ("admitted", 0)
+
+
+EXAMPLE_DIR = Path(__file__).parents[2] / "examples" / EXAMPLE
+DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pyproject.toml",
+        "office_hours/__init__.py",
+        "office_hours/hours.py",
+        "office_hours/transcript.py",
+    ],
+)
+def test_the_worked_example_in_the_docs_is_the_tested_plugin(name: str) -> None:
+    section = DOCS.read_text().split(f"`examples/office-hours/{name}`", 1)[1]
+    fenced = section.split("```", 2)[1]
+    assert fenced.split("\n", 1)[1] == (EXAMPLE_DIR / name).read_text()

@@ -1,0 +1,152 @@
+"""Per-round supervisor overhead of plugin hooks: examples/office-hours's three hooks vs none.
+
+Prints medians; asserts nothing. Usage: python benchmarks/bench_plugin_hooks.py [rounds=30]
+Target: the three hooks (spawn, dirty, observe) add under 40 ms a round at the full tier.
+
+The agent writes one file under docs/ and exits 0, so each round ends with one commit
+either way: by the builtin (`dirty_action = "commit"`) without plugins, by the example's
+dirty handler with it. The gap measured is agent exit -> next agent start (`date` at each
+end), which holds everything serve does between two rounds: reaping, parsing, securing the
+tree, the observers, the policy, the gates and the spawn hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+REPO = Path(__file__).parents[1]
+EXAMPLE = REPO / "examples" / "office-hours"
+# The CLI with the plugin's install folder first on sys.path, as the tests run it.
+LAUNCH = """\
+import json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+sys.argv[:2] = ["agent-runner"]
+from agent_runner.cli import main
+main()
+"""
+GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b"}
+GIT_ENV |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+
+
+def install_example(target: Path) -> None:
+    wheels = target.parent / "wheels"
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, hatchling.build as b; print(b.build_wheel(sys.argv[1]))",
+            str(wheels),
+        ],
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wheel = wheels / built.stdout.strip().splitlines()[-1]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
+
+
+def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
+    path = json.dumps([str(site)] if site else [])
+    return subprocess.run(
+        [sys.executable, "-c", LAUNCH, path, *args], capture_output=True, text=True, check=True
+    )
+
+
+def project(root: Path, stamps: Path, site: Path | None) -> Path:
+    work = root / "work"
+    (work / "prompts").mkdir(parents=True)
+    (work / "prompts" / "main.md").write_text("go\n")
+    (work / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
+    for args in (["init", "-q"], ["add", ".gitignore"], ["commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=work, check=True, env={**os.environ, **GIT_ENV})
+    script = f"date +%s.%N >> {stamps}.start; echo $AGENT_RUNNER_ROUND > docs/round.md; date +%s.%N >> {stamps}.end"
+    (work / "docs").mkdir()
+    document: dict[str, Any] = {
+        "schema_version": 1,
+        "agent": {"command": ["sh", "-c", script], "parser": "claude"},
+        "runtime": {"log_dir": str(root / "logs"), "restart_delay_s": 0},
+        "breakers": {"stalled_rounds": 10_000},
+        "vcs": {"dirty_action": "commit"},
+        "plugins": {"sandbox": "require"},
+    }
+    config = work / "agent-runner.toml"
+    config.write_text(tomli_w.dumps(document))
+    if site is not None:
+        pinned = cli(site, "plugins", "pin", "office_hours", "--config", str(config))
+        digest = pinned.stdout.split("sha256:", 1)[1][:64]
+        document["vcs"] = {"dirty_handler": "office_hours"}
+        document["plugins"] |= {
+            "pin": {"office_hours": f"sha256:{digest}"},
+            "spawn_override_allow": ["office_hours"],
+            "settings": {"office_hours": {"start_hour": 0, "end_hour": 0}},  # always open
+        }
+        config.write_text(tomli_w.dumps(document))
+    return config
+
+
+def round_gaps(rounds: int, site: Path | None) -> tuple[list[float], dict[str, int]]:
+    """Each agent exit -> next agent start, in ms; and a count of the events by kind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        stamps = root / "stamps"
+        config = project(root, stamps, site)
+        cli(site, "serve", "--max-rounds", str(rounds), "--config", str(config))
+        starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
+        ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
+        kinds: dict[str, int] = {}
+        for path in (root / "logs").glob("events-*.jsonl"):
+            for line in path.read_text().splitlines():
+                kind = json.loads(line)["event"]
+                kinds[kind] = kinds.get(kind, 0) + 1
+        gaps = [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)]
+        return gaps, kinds
+
+
+if __name__ == "__main__":
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    with tempfile.TemporaryDirectory() as tmp:
+        site = Path(tmp) / "site"
+        install_example(site)
+        without, _ = round_gaps(rounds, None)
+        with_hooks, kinds = round_gaps(rounds, site)
+    tier = "full" if kinds.get("plugin_admitted") else "NOT ADMITTED"
+    failed = kinds.get("hook_failed", 0)
+    plain, hooked = statistics.median(without), statistics.median(with_hooks)
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"between rounds, no plugin:             median {plain:.1f} ms, min {min(without):.1f} ms"
+    )
+    print(
+        f"between rounds, office_hours' 3 hooks: median {hooked:.1f} ms, min {min(with_hooks):.1f} ms ({tier}, {failed} failed calls)"
+    )
+    print(
+        f"overhead of the three hooks:           {hooked - plain:.1f} ms a round (median; target < 40 ms)"
+    )
+    commits = kinds.get("dirty_auto_committed", 0)
+    print(
+        f"  over {rounds} rounds each; the plugin's commits {commits}, tool_calls events {kinds.get('office_hours.tool_calls', 0)}"
+    )
