@@ -563,7 +563,8 @@ def render_docs() -> str:
         "defaults to `<log_dir>/STOP`; `runtime.transcript_keep_rounds = 0` keeps every",
         "transcript. `agent.command` and `agent.parser` are required unless",
         "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
-        "match `^sha256:[0-9a-f]{64}$`.",
+        "match `^sha256:[0-9a-f]{64}$`. A `plugins.settings.<name>` table reaches that plugin's",
+        "hooks as `view.settings`, so it holds JSON data only: no dates or times, `nan` or `inf`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -67,3 +67,19 @@ def peek(project: Project, site: Path) -> dict[str, Any]:
     done = cli(project, "peek", "--json", before=(site,))
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
+
+
+def fork_servers(serve_pid: int) -> list[int]:
+    """serve's children that are sandbox fork servers (none once serve is gone)."""
+    try:
+        children = Path(f"/proc/{serve_pid}/task/{serve_pid}/children").read_text().split()
+    except OSError:
+        return []
+    found = []
+    for child in children:
+        try:
+            if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+        except OSError:
+            continue  # gone meanwhile
+    return found

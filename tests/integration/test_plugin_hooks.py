@@ -6,13 +6,17 @@ back-off; settings that reach a plugin, or reach nothing and are said to.
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 from typing import Any
+
+import pytest
 
 from agent_runner.supervisor.state import read_state
 from tests.conftest import PluginInstalls
 from tests.integration.conftest import Project, agent
-from tests.pluginrun import cli, serve_once
+from tests.pluginrun import cli, fork_servers, serve_once, start_serve
 
 
 def configure(project: Project, command: list[str], report: dict[str, Any], **tables: Any) -> None:
@@ -145,3 +149,95 @@ def test_a_settings_value_json_cannot_carry_is_a_one_line_config_error(project: 
         "(its settings are JSON): use a string"
     )
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_spawn_hook_sees_the_round_redacted_argv_and_env_names_only(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "spawn_plugin")
+    secret = "hunter2hunter2"
+    project.write_config(
+        ["sh", "-c", "exit 0", "sh", "--api-key", secret, f"--token={secret}", "--verbose"],
+        agent={"prompt_delivery": "argv", "env": {"MY_SERVICE_TOKEN": secret}},
+        plugins={
+            "sandbox": "prefer",
+            "quarantine_after": 100,
+            "max_defer_s": 900,
+            "settings": {
+                "spawn_plugin": {
+                    "enabled": ["report_view"],
+                    "watch_env": ["MY_SERVICE_TOKEN", "AGENT_RUNNER_ROUND"],
+                }
+            },
+        },
+    )
+    done = cli(project, "serve", "--max-rounds", "2", before=(site,))
+    assert done.returncode == 0, done.stderr
+    views = [
+        json.loads(e["detail"].removeprefix("RuntimeError: "))
+        for e in project.events("hook_failed")
+    ]
+    assert [v["round"] for v in views] == [1, 2]
+    assert views[0]["last_round"] is None
+    assert (views[1]["last_round"]["round"], views[1]["last_round"]["exit_cause"]) == (1, "clean")
+    assert views[0]["argv"] == [
+        "sh",
+        "-c",
+        "exit 0",
+        "sh",
+        "--api-key",
+        "[REDACTED]",
+        "--token=[REDACTED]",
+        "--verbose",
+        "<prompt>",
+    ]
+    # Names of what the agent gets, never their values.
+    assert views[0]["env_names"] == ["AGENT_RUNNER_ROUND", "MY_SERVICE_TOKEN"]
+    assert views[0]["max_defer_s"] == 900
+    log = b"".join(path.read_bytes() for path in project.log_dir.glob("events-*.jsonl"))
+    assert secret.encode() not in log
+
+
+@pytest.mark.parametrize("installed", [(), ("observer_plugin",)])
+def test_the_fork_server_runs_only_while_a_third_party_plugin_is_admitted(
+    project: Project, plugin_installs: PluginInstalls, installed: tuple[str, ...]
+) -> None:
+    site = plugin_installs.site(project.root / "site", *installed)
+    project.write_config(["sleep", "30"], plugins={"sandbox": "prefer"})
+    serve = start_serve(project, "--once", site=site)
+    project.wait_for("agent_spawn")
+    servers = fork_servers(serve.pid)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=30) == 0
+    assert len(servers) == len(installed)
+    assert len(project.events("plugin_admitted")) == len(installed)
+
+
+def test_a_stop_during_a_long_defer_ends_the_wait(
+    project: Project, plugin_installs: PluginInstalls
+) -> None:
+    site = plugin_installs.site(project.root / "site", "office-hours")
+    hour = time.gmtime().tm_hour
+    project.write_config(
+        agent("exits_with.py", "0"),
+        plugins={
+            "sandbox": "prefer",
+            "spawn_override_allow": ["office_hours"],
+            "settings": {
+                "office_hours": {
+                    "start_hour": (hour + 3) % 24,
+                    "end_hour": (hour + 4) % 24,
+                    "timezone": "UTC",
+                }
+            },
+        },
+    )
+    serve = start_serve(project, site=site)
+    deferred = project.wait_for("round_deferred")
+    assert deferred["defer_s"] == 3600  # the default max_defer_s: hours ahead
+    serve.send_signal(signal.SIGTERM)
+    # Bounded by the test's own timeout, an hour short of the defer: the wait did end.
+    assert serve.wait(timeout=30) == 0
+    (stopped,) = project.events("serve_stop")
+    assert stopped["reason"] == "stopped (SIGTERM)"
+    assert not project.events("agent_spawn")

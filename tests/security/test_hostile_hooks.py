@@ -24,7 +24,7 @@ import pytest
 from agent_runner.supervisor.state import read_state
 from tests.conftest import PluginInstalls, cli_argv
 from tests.integration.conftest import Project, git, pid_alive
-from tests.pluginrun import cli, listed, peek, serve_once, start_serve
+from tests.pluginrun import cli, fork_servers, listed, peek, serve_once, start_serve
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, expect_full_tier
 
 QUIET_AGENT = ["sh", "-c", "exit 0"]
@@ -82,21 +82,6 @@ def test_a_hanging_hook_times_out_and_is_quarantined_after_n_failures(
     assert "1 quarantined (stalling_plugin)" in cli(project, "peek", before=(site,)).stdout
 
 
-def fork_server_of(serve_pid: int) -> int | None:
-    """serve's child that is the sandbox fork server, if it runs."""
-    try:
-        children = Path(f"/proc/{serve_pid}/task/{serve_pid}/children").read_text().split()
-    except OSError:
-        return None
-    for child in children:
-        try:
-            if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
-                return int(child)
-        except OSError:
-            continue
-    return None
-
-
 def has_children(pid: int) -> bool:
     try:
         return bool(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
@@ -112,11 +97,12 @@ def test_a_fork_server_killed_mid_call_is_restarted_and_the_call_fails_cleanly(
     serve = start_serve(project, "--max-rounds", "2", site=site)
     project.wait_for("serve_start")
     deadline = time.monotonic() + 20
-    server = fork_server_of(serve.pid)
-    while server is None or not has_children(server):
+    servers = fork_servers(serve.pid)
+    while not (servers and has_children(servers[0])):
         assert time.monotonic() < deadline, "no hook call started"
         time.sleep(0.02)
-        server = fork_server_of(serve.pid)
+        servers = fork_servers(serve.pid)
+    (server,) = servers
     os.kill(server, signal.SIGKILL)
     assert serve.wait(timeout=30) == 0
     expect_full_tier(project)

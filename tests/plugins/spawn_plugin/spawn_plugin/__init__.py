@@ -1,7 +1,10 @@
-"""Spawn hooks with defers no loop may obey, and one that skips every round.
+"""Spawn hooks with defers no loop may obey, one that skips every round, one that tells.
 
 Each hook acts only when its name is in `settings.enabled`; otherwise it says proceed.
+`report_view` raises with its view as JSON, so the view arrives in `hook_failed`'s detail.
 """
+
+import json
 
 from agent_runner.plugins import PluginManifest, SpawnDecision
 
@@ -54,6 +57,20 @@ def always_skip(view):
     )
 
 
+def report_view(view):
+    if not _enabled(view, "report_view"):
+        return SpawnDecision.proceed()
+    watched = set(view.settings.get("watch_env", []))
+    shown = {
+        "round": view.round,
+        "last_round": view.last_round,
+        "argv": view.argv,
+        "env_names": [name for name in view.env_names if name in watched or "=" in name],
+        "max_defer_s": view.max_defer_s,
+    }
+    raise RuntimeError(json.dumps(shown, sort_keys=True))
+
+
 PLUGIN = PluginManifest(
     name="spawn_plugin",
     spawn_hooks=(
@@ -64,5 +81,6 @@ PLUGIN = PluginManifest(
         defer_huge,
         defer_past_max,
         always_skip,
+        report_view,
     ),
 )
