@@ -89,9 +89,11 @@ class Hooks:
         emit: Emit,
         *,
         dirty_handler: str = "builtin",
+        heartbeat: Callable[[], None] = lambda: None,
         builtins: Mapping[str, PluginManifest] | None = None,
     ) -> None:
         self._admission = admission
+        self._heartbeat = heartbeat
         self._config = settings
         self._emit = emit
         self._sandbox = sandbox
@@ -306,6 +308,8 @@ class Hooks:
         read_roots: tuple[Path, ...] = (),
     ) -> Any:
         """The call's checked value, or None after its failure was counted."""
+        # Each call may take hook_timeout_s: a watchdog must hear from us between two.
+        self._heartbeat()
         result = target.call(family, hook, view, read_roots)
         if result.status == "ok":
             return result.value

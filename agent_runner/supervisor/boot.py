@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from agent_runner import vcs
@@ -68,10 +69,13 @@ def find_agent_program(config: Config) -> str | None:
     return shutil.which(program, path=config.agent.env.get("PATH", os.environ.get("PATH")))
 
 
-def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Hooks]:
+def admit_plugins(
+    config: Config, emit: Emit, heartbeat: Callable[[], None]
+) -> tuple[dict[str, Any], Hooks]:
     """Probe the sandbox, admit every discovered plugin: (probe report, the hooks to call).
 
-    ConfinementUnavailable under `require`. The hooks own the sandbox from here on.
+    ConfinementUnavailable under `require`. The hooks own the sandbox from here on and call
+    `heartbeat` before each hook call.
     """
     sandbox = Sandbox(
         config.plugins.sandbox, emit=emit, hook_timeout_s=config.plugins.hook_timeout_s
@@ -83,7 +87,14 @@ def admit_plugins(config: Config, emit: Emit) -> tuple[dict[str, Any], Hooks]:
     except BaseException:
         sandbox.close()
         raise
-    hooks = Hooks(admission, config.plugins, sandbox, emit, dirty_handler=config.vcs.dirty_handler)
+    hooks = Hooks(
+        admission,
+        config.plugins,
+        sandbox,
+        emit,
+        dirty_handler=config.vcs.dirty_handler,
+        heartbeat=heartbeat,
+    )
     return report, hooks
 
 

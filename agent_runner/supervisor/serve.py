@@ -209,7 +209,9 @@ class Serve:
 
     def _admit_plugins(self) -> SpawnGate:
         """Admit the plugins; their hooks and event kinds from here on, until serve exits."""
-        self._state["sandbox"], self.hooks = admit_plugins(self.config, self.events.emit)
+        self._state["sandbox"], self.hooks = admit_plugins(
+            self.config, self.events.emit, heartbeat=self._watchdog
+        )
         for plugin in self.hooks.admitted():
             self.events.allow_plugin_kinds(plugin.name, plugin.event_kinds)
         self._state["plugins"] = self.hooks.state()
@@ -294,7 +296,11 @@ class Serve:
         )
         # HEAD as the last round left it: the only process between rounds is this one.
         result = runner.run(self.last_round, prompt, self.head)
-        result = observe_round(self.hooks, self.config, result, self.events.emit, self.clock.now())
+        if not self.stop.requested:
+            # A stop is due now: no observer may hold it up by hook_timeout_s.
+            result = observe_round(
+                self.hooks, self.config, result, self.events.emit, self.clock.now()
+            )
         self._pruned_upto = prune_transcripts(
             transcript_path(self.config.runtime.log_dir, self.last_round).parent,
             newest=self.last_round,

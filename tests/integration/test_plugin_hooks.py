@@ -241,3 +241,16 @@ def test_a_stop_during_a_long_defer_ends_the_wait(
     (stopped,) = project.events("serve_stop")
     assert stopped["reason"] == "stopped (SIGTERM)"
     assert not project.events("agent_spawn")
+
+
+def test_no_observer_holds_up_a_stop(project: Project, plugin_installs: PluginInstalls) -> None:
+    site = plugin_installs.site(project.root / "site", "observer_plugin")
+    configure(project, ["sleep", "30"], {"events": [["noted", {"n": 1}]]})
+    serve = start_serve(project, site=site)
+    project.wait_for("agent_spawn")
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=30) == 0
+    (ended,) = project.events("agent_exit")
+    assert ended["exit_cause"] == "stopped"
+    assert project.events("round_end")
+    assert not project.events("observer_plugin.noted")

@@ -72,6 +72,7 @@ def hooks(
     builtins: dict[str, PluginManifest] | None = None,
     events: RecordedEvents | None = None,
     dirty_handler: str = "builtin",
+    heartbeat: Callable[[], None] = lambda: None,
     **config: Any,
 ) -> tuple[Hooks, StandIn, RecordedEvents]:
     box = StandIn(answers or {})
@@ -85,6 +86,7 @@ def hooks(
         box,  # type: ignore[arg-type]
         events,
         dirty_handler=dirty_handler,
+        heartbeat=heartbeat,
         builtins=builtins or {},
     )
     return dispatcher, box, events
@@ -361,3 +363,20 @@ def test_settings_for_a_plugin_that_is_not_admitted_are_warned_once() -> None:
     assert events.of("plugin_settings_unused") == [
         {"event": "plugin_settings_unused", "name": "ghost"}
     ]
+
+
+def test_the_watchdog_hears_from_serve_before_every_call() -> None:
+    beats: list[int] = []
+    dispatcher, box, _ = hooks(
+        plugin("alpha", spawn=("one", "two"), observe=("watch",)),
+        answers={
+            ("alpha", "one"): spawn(),
+            ("alpha", "two"): lambda request: (beats.append(-1), spawn())[1],
+            ("alpha", "watch"): observe(),
+        },
+        heartbeat=lambda: beats.append(len(box.calls)),
+    )
+    dispatcher.before_spawn(VIEW)
+    dispatcher.after_round({"round": 1})
+    # A beat before each call: 0 calls made, then 1 (and the second call itself), then 2.
+    assert beats == [0, 1, -1, 2]
