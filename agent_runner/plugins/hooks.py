@@ -98,9 +98,9 @@ class Hooks:
         self._emit = emit
         self._sandbox = sandbox
         manifests = _builtin_manifests() if builtins is None else builtins
-        self._targets = {name: _builtin_target(name, m) for name, m in manifests.items()}
-        for plugin in admission.admitted:
-            self._targets[plugin.name] = self._confined_target(plugin)
+        # Apart: a squatter admitted under a builtin's name must not stand for the builtin.
+        self._builtins = {name: _builtin_target(name, m) for name, m in manifests.items()}
+        self._plugins = {p.name: self._confined_target(p) for p in admission.admitted}
         self._keep_sandbox_while_needed()
         self._unavailable_handlers: set[str] = set()
         for name in sorted(set(settings.settings) - {p.name for p in admission.admitted}):
@@ -165,7 +165,7 @@ class Hooks:
 
         The first time a name is not, `dirty_handler_unavailable` says so: the builtin acts.
         """
-        target = self._targets.get(name)
+        target = self._plugins.get(name)
         if target is not None and target.families["dirty"]:
             return True
         if name not in self._unavailable_handlers:
@@ -189,7 +189,7 @@ class Hooks:
         """
         if not self.can_decide_dirty(name):
             return f"{name} is not an admitted plugin with a dirty handler"
-        target = self._targets[name]
+        target = self._plugins[name]
         if target.quarantined is not None:
             return f"{name} is quarantined"
         hook = target.families["dirty"][0]
@@ -248,7 +248,8 @@ class Hooks:
         """Every verdict as state.json keeps it, with failures and quarantine as they are now."""
         rows = []
         for row in self._admission.state():
-            target = self._targets.get(row["name"])
+            targets = self._builtins if row["kind"] == "builtin" else self._plugins
+            target = targets.get(row["name"])
             failures = 0
             if target is not None and row["state"] in ("admitted", "builtin"):
                 failures = target.failures
@@ -273,7 +274,7 @@ class Hooks:
             self.close()
 
     def _hooks(self, family: Family) -> Iterator[tuple[_Target, str]]:
-        for target in self._targets.values():
+        for target in [*self._builtins.values(), *self._plugins.values()]:
             for hook in target.families[family]:
                 if target.quarantined is None:
                     yield target, hook

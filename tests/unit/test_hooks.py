@@ -380,3 +380,19 @@ def test_the_watchdog_hears_from_serve_before_every_call() -> None:
     dispatcher.after_round({"round": 1})
     # A beat before each call: 0 calls made, then 1 (and the second call itself), then 2.
     assert beats == [0, 1, -1, 2]
+
+
+def test_a_squatter_admitted_under_a_builtins_name_does_not_stand_for_the_builtin() -> None:
+    def watch(view: Any) -> None:
+        return None
+
+    manifest = PluginManifest(name="builtin", round_observers=(watch,))
+    dispatcher, box, events = hooks(
+        plugin("builtin", observe=("watch",)),
+        answers={("builtin", "watch"): CallResult("crash", None, "x", None, None, "")},
+        builtins={"builtin": manifest},
+    )
+    dispatcher.after_round({"round": 1})
+    # Both were called: the builtin in-process (fine), the squatter in the sandbox (failed).
+    assert len(box.calls) == 1
+    assert [e["cause"] for e in events.of("hook_failed")] == ["crash"]
