@@ -497,7 +497,7 @@ def test_third_party_commit_of_a_subset(tmp_path: Path) -> None:
     assert not report.dirty_after
     assert git(repo, "status", "--porcelain") == ""
     assert git(repo, "show", f"{stashed['ref']}:tracked.txt") == "v2\n"
-    assert git(repo, "show", f"{stashed['ref']}^3:new.txt") == "brand new\n"
+    assert git(repo, "show", f"{stashed['ref']}:new.txt") == "brand new\n"
     subject = git(repo, "log", "-1", "--format=%s", stashed["ref"]).strip()
     assert subject.endswith("agent-runner round 7 (clean)")
 
@@ -682,14 +682,15 @@ def test_any_file_names_are_stashed_or_committed_exactly(
         assert set(git(repo, "show", "--name-only", "-z", "--format=", "HEAD").split("\0")) - {
             ""
         } == set(chosen)
-        # The rest was stashed by the same call, exactly: the untracked files' own tree.
+        # The rest was stashed by the same call, exactly: the stash holds HEAD plus them.
         assert not report.dirty_after
         assert porcelain(repo) == ""
         for path in paths:
             assert not (repo / path).exists() or path in chosen
         if paths[1:]:
-            listed = git(repo, "ls-tree", "-z", "--name-only", "refs/stash^3").split("\0")
-            assert set(listed) - {""} == set(paths[1:])
+            stashed = git(repo, "ls-tree", "-z", "--name-only", "refs/stash").split("\0")
+            head = git(repo, "ls-tree", "-z", "--name-only", "HEAD").split("\0")
+            assert set(stashed) - set(head) == set(paths[1:])
 
 
 # --- what git would rewrite, and what it cannot open --------------------------------------
