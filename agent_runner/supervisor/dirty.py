@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -132,11 +133,10 @@ def secure_tree(
         emit("dirty_action_failed", round=round_no, action=intent.action, reason=str(exc))
         return TreeReport(head_before, _head_or(tree), True, True, "failed")
     if report.action == "commit" and intent.paths and report.dirty_after:
-
-        def look_again() -> _Tree:
-            # A second look at a tree whose news was already reported: no event twice.
-            return _inspect(work_dir, round_no, protected, _no_event, pinned, max_file_bytes)
-
+        # A second look at a tree whose news was already reported: no event twice.
+        look_again = partial(
+            _inspect, work_dir, round_no, protected, _no_event, pinned, max_file_bytes
+        )
         report = _stash_leftovers(job, report, work_dir, look_again, exit_cause)
     return report
 
