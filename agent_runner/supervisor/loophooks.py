@@ -75,6 +75,8 @@ class SpawnGate:
         self, config: Config, number: int, last_round: dict[str, Any] | None
     ) -> SpawnWait | None:
         """None to spawn round `number` now; otherwise the wait before asking again."""
+        if not self.hooks.has("spawn"):
+            return None  # the common case costs no view
         verdict = self.hooks.before_spawn(spawn_view(config, number, last_round))
         if verdict.action == "proceed":
             if self._deferred == number:
