@@ -21,9 +21,9 @@ import pytest
 
 from agent_runner.errors import ConfinementUnavailable
 from agent_runner.plugins.sandbox import CallRequest, CallResult, Sandbox
+from tests.integration.conftest import Project, create_project, stop_children
 from tests.security import harness
 from tests.security.harness import InProcess
-from tests.integration.conftest import Project, create_project, stop_children
 
 SECRET_NAME = "AGENT_RUNNER_TEST_API_KEY"
 SECRET_VALUE = "sk-test-5f1c0a9d7e3b"
