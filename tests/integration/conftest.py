@@ -93,7 +93,17 @@ def agent(name: str, *args: str) -> list[str]:
 def git(repo: Path, *args: str, check: bool = True) -> str:
     """Test-side git, unhardened, with an identity of its own (the code under test needs none)."""
     out = subprocess.run(
-        ["git", "-c", "user.name=tester", "-c", "user.email=t@example.com", *args],
+        # safe.directory: a test may hand its repository to another uid and still read it.
+        [
+            "git",
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=tester",
+            "-c",
+            "user.email=t@example.com",
+            *args,
+        ],
         cwd=repo,
         check=check,
         capture_output=True,

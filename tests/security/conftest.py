@@ -11,16 +11,20 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from subprocess import DEVNULL, Popen, run
 from typing import Any
 
 import pytest
 
 from agent_runner.errors import ConfinementUnavailable
 from agent_runner.plugins.sandbox import CallRequest, CallResult, Sandbox
+from tests import unprivileged
 from tests.integration.conftest import Project, create_project, stop_children
 from tests.security import harness
 from tests.security.harness import InProcess
@@ -141,29 +145,80 @@ def shared_dir(confined: InProcess) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Iterator[Project]:
-    """A project whose serve a test starts; every serve left running is stopped after it."""
-    proj = create_project(tmp_path)
-    yield proj
-    stop_children(proj)
+@dataclass
+class Served:
+    """A project and the way its serve runs: as root, or as an unused uid that owns it."""
+
+    project: Project
+    mode: harness.Mode
+    uid: int  # the supervisor's
+
+    @property
+    def child_uid(self) -> int:
+        """The uid plugin code runs as."""
+        return harness.NOBODY if self.mode == "root" else self.uid
+
+    def argv(self, site: Path, *args: str) -> list[str]:
+        launch = ("tests.launch_serve", str(site), str(self.project.config_path), *args)
+        if self.mode == "root":
+            return [sys.executable, "-m", *launch]
+        # The operator's own config, which the test wrote as root.
+        self.own(self.project.config_path)
+        return unprivileged.command(*launch, uid=self.uid)
+
+    def start(self, site: Path, *args: str, env: dict[str, str] | None = None) -> Popen[bytes]:
+        """serve in the background; the fixture stops it."""
+        proc = Popen(
+            self.argv(site, *args),
+            cwd=unprivileged.REPO,
+            env={**os.environ, **(env or {})},
+            stdout=DEVNULL,
+            stderr=DEVNULL,
+        )
+        self.project.children.append(proc)
+        return proc
+
+    def run(self, site: Path, *args: str) -> None:
+        """serve to its end, which must be exit 0."""
+        done = run(
+            self.argv(site, *args),
+            cwd=unprivileged.REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def own(self, *paths: Path) -> None:
+        """Hand `paths` (and everything under them) to the supervisor's uid."""
+        for path in paths:
+            for entry in [path, *path.rglob("*")]:
+                os.chown(entry, self.uid, self.uid, follow_symlinks=False)
 
 
-@pytest.fixture
-def public_project() -> Iterator[Project]:
-    """A project the plugin's uid could read and write were it not confined.
+@pytest.fixture(params=harness.MODES)
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """A project that plugin code could read and write were it not confined, in both modes.
 
     pytest's own tmp folders are 0700 root: there ordinary permissions would refuse a plugin
-    running as nobody before the sandbox is even asked. Here only the sandbox can refuse.
+    before the sandbox is even asked. This one is world-traversable, its work tree writable
+    by the plugin's uid, and under a user's supervisor owned by that user.
     """
     root = Path(tempfile.mkdtemp(prefix="agent-runner-public-"))
     root.chmod(0o755)
-    proj = create_project(root)
-    proj.work_dir.chmod(0o777)
+    project = create_project(root)
+    mode: harness.Mode = request.param
+    uid = 0 if mode == "root" else unprivileged.unused_uid()
+    project.work_dir.chmod(0o777)
+    served_project = Served(project, mode, uid)
+    if mode != "root":
+        served_project.own(root)
     try:
-        yield proj
+        yield served_project
+        # serve made its log_dir: it ran as the uid this mode says, not as the test.
+        assert project.log_dir.stat().st_uid == uid
     finally:
-        stop_children(proj)
+        stop_children(project)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -1,7 +1,8 @@
 """Hostile plugins, installed from real wheels, called by a real serve between real rounds.
 
 Each one is denied, killed or contained with its event, and the loop goes on: every test
-checks that the rounds still ran. On a host that can confine these fail, never skip, when
+checks that the rounds still ran. Every test runs twice: serve as root, and serve as an
+unused uid (`systemctl --user`). On a host that can confine these fail, never skip, when
 plugins are admitted below the full tier.
 """
 
@@ -12,7 +13,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from agent_runner.supervisor.state import read_state
-from tests.conftest import PluginInstalls, cli_argv
+from tests.conftest import PluginInstalls
 from tests.integration.conftest import Project, git, pid_alive
-from tests.pluginrun import cli, fork_servers, listed, peek, serve_once, start_serve
-from tests.security.conftest import SECRET_NAME, SECRET_VALUE, expect_full_tier
+from tests.launch_serve import PID_PLACEHOLDER
+from tests.pluginrun import cli, fork_servers, listed, peek
+from tests.security.conftest import SECRET_NAME, SECRET_VALUE, Served, expect_full_tier
 
 QUIET_AGENT = ["sh", "-c", "exit 0"]
 
@@ -51,12 +52,12 @@ def failures(project: Project, hook: str | None = None) -> list[dict[str, Any]]:
 
 
 def test_a_hanging_hook_times_out_and_is_quarantined_after_n_failures(
-    project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
+    project = served.project
     site = plugin_installs.site(project.root / "site", "stalling_plugin")
     configure(project, hook_timeout_s=1, quarantine_after=2)
-    done = cli(project, "serve", "--max-rounds", "3", before=(site,))
-    assert done.returncode == 0, done.stderr
+    served.run(site, "--max-rounds", "3")
     expect_full_tier(project)
     timeouts = project.events("plugin_call_timeout")
     assert [(e["hook"], e["timeout_s"]) for e in timeouts] == [("stalling_plugin:stall", 1)] * 2
@@ -90,11 +91,12 @@ def has_children(pid: int) -> bool:
 
 
 def test_a_fork_server_killed_mid_call_is_restarted_and_the_call_fails_cleanly(
-    project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
+    project = served.project
     site = plugin_installs.site(project.root / "site", "stalling_plugin")
     configure(project, hook_timeout_s=30, settings={"stalling_plugin": {"rounds": [1]}})
-    serve = start_serve(project, "--max-rounds", "2", site=site)
+    serve = served.start(site, "--max-rounds", "2")
     project.wait_for("serve_start")
     deadline = time.monotonic() + 20
     servers = fork_servers(serve.pid)
@@ -116,11 +118,12 @@ def test_a_fork_server_killed_mid_call_is_restarted_and_the_call_fails_cleanly(
 
 
 def test_an_8_gib_allocation_is_oom_and_a_flood_stays_bounded(
-    project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
+    project = served.project
     site = plugin_installs.site(project.root / "site", "hog_plugin")
     configure(project, ["sleep", "1"])
-    serve = start_serve(project, "--max-rounds", "2", site=site)
+    serve = served.start(site, "--max-rounds", "2")
     project.wait_for("agent_spawn", count=2)
     # The high-water mark of serve's memory, after one flood and one 8 GiB attempt at least.
     status = Path(f"/proc/{serve.pid}/status").read_text()
@@ -140,11 +143,12 @@ def test_an_8_gib_allocation_is_oom_and_a_flood_stays_bounded(
 
 @pytest.mark.parametrize("sandbox", ["prefer", "off"])
 def test_a_daemon_a_hook_leaves_behind_does_not_survive_the_call(
-    project: Project, markers: PluginInstalls, sandbox: str
+    served: Served, markers: PluginInstalls, sandbox: str
 ) -> None:
+    project = served.project
     site = markers.site(project.root / "site", "daemon_plugin")
     project.write_config(QUIET_AGENT, plugins={"sandbox": sandbox})
-    serve_once(project, before=(site,))
+    served.run(site, "--once")
     (forked,) = project.events("daemon_plugin.forked")
     assert len(project.events("round_end")) == 1
     if sandbox == "prefer":
@@ -173,8 +177,9 @@ BAD_DEFERS = {
 
 
 def test_out_of_range_and_non_finite_defers_are_invalid_results(
-    project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
+    project = served.project
     site = plugin_installs.site(project.root / "site", "spawn_plugin")
     configure(
         project,
@@ -183,7 +188,7 @@ def test_out_of_range_and_non_finite_defers_are_invalid_results(
         quarantine_after=100,
         settings={"spawn_plugin": {"enabled": list(BAD_DEFERS)}},
     )
-    serve_once(project, before=(site,))
+    served.run(site, "--once")
     expect_full_tier(project)
     failed = {e["hook"].split(":")[1]: e for e in failures(project)}
     assert set(failed) == set(BAD_DEFERS)
@@ -197,8 +202,9 @@ def test_out_of_range_and_non_finite_defers_are_invalid_results(
 
 
 def test_a_hook_that_skips_forever_never_spins_the_loop(
-    project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
+    project = served.project
     site = plugin_installs.site(project.root / "site", "spawn_plugin")
     project.write_config(
         QUIET_AGENT,
@@ -210,7 +216,7 @@ def test_a_hook_that_skips_forever_never_spins_the_loop(
         },
     )
     started = time.monotonic()
-    serve = start_serve(project, site=site)
+    serve = served.start(site)
     project.wait_for("round_skipped", count=3)
     state = peek(project, site)
     serve.send_signal(signal.SIGTERM)
@@ -253,9 +259,9 @@ AGENT_WORK = ["sh", "-c", "echo round $AGENT_RUNNER_ROUND > notes.txt"]
     ],
 )
 def test_a_dirty_handler_that_fails_or_lies_costs_nothing_the_builtin_stashes(
-    public_project: Project, plugin_installs: PluginInstalls, mode: str, cause: str, detail: str
+    served: Served, plugin_installs: PluginInstalls, mode: str, cause: str, detail: str
 ) -> None:
-    project = public_project
+    project = served.project
     site = plugin_installs.site(project.root / "site", "dirty_plugin")
     project.write_config(
         AGENT_WORK,
@@ -266,7 +272,7 @@ def test_a_dirty_handler_that_fails_or_lies_costs_nothing_the_builtin_stashes(
             "settings": {"dirty_plugin": {"mode": mode}},
         },
     )
-    serve_once(project, before=(site,))
+    served.run(site, "--once")
     expect_full_tier(project)
     (failed,) = failures(project)
     assert (failed["hook"], failed["cause"]) == ("dirty_plugin:decide", cause)
@@ -283,16 +289,16 @@ def test_a_dirty_handler_that_fails_or_lies_costs_nothing_the_builtin_stashes(
 
 
 def test_a_dirty_handler_may_read_the_work_tree(
-    public_project: Project, plugin_installs: PluginInstalls
+    served: Served, plugin_installs: PluginInstalls
 ) -> None:
-    project = public_project
+    project = served.project
     site = plugin_installs.site(project.root / "site", "dirty_plugin")
     project.write_config(
         AGENT_WORK,
         vcs={"dirty_handler": "dirty_plugin"},
         plugins={"sandbox": "prefer", "settings": {"dirty_plugin": {"mode": "read"}}},
     )
-    serve_once(project, before=(site,))
+    served.run(site, "--once")
     expect_full_tier(project)
     assert not failures(project)
     (stashed,) = project.events("orphan_stashed")
@@ -301,16 +307,6 @@ def test_a_dirty_handler_may_read_the_work_tree(
 
 
 # --- reaching for what a plugin must never get ------------------------------------------------
-
-PID_PLACEHOLDER = "@SERVE_PID@"
-# Put serve's own pid into its config before serve reads it: the CLI runs in this process.
-_WITH_OWN_PID = """\
-import os
-with open({config!r}) as _f:
-    _text = _f.read()
-with open({config!r}, "w") as _f:
-    _f.write(_text.replace({placeholder!r}, str(os.getpid())))
-"""
 
 
 @pytest.fixture
@@ -334,13 +330,13 @@ def listeners() -> Iterator[tuple[socket.socket, socket.socket, Path]]:
 
 
 def test_hostile_hooks_are_denied_or_killed_and_the_rounds_go_on(
-    public_project: Project,
+    served: Served,
     plugin_installs: PluginInstalls,
     listeners: tuple[socket.socket, socket.socket, Path],
 ) -> None:
-    project = public_project
+    project = served.project
     tcp, unix, folder = listeners
-    child_uid = 65534 if os.geteuid() == 0 else os.geteuid()
+    child_uid = served.child_uid
     # Readable and writable by the plugin's uid: only the sandbox stands in the way.
     secret = folder / "secret.txt"
     secret.write_text(f"{SECRET_VALUE}\n")
@@ -358,7 +354,7 @@ def test_hostile_hooks_are_denied_or_killed_and_the_rounds_go_on(
             "spawn_override_allow": ["prober_plugin"],
             "settings": {
                 "prober_plugin": {
-                    "serve_pid": PID_PLACEHOLDER,
+                    "serve_pid": PID_PLACEHOLDER,  # serve's own, filled in by tests.launch_serve
                     "tcp_port": tcp.getsockname()[1],
                     "unix_socket": str(folder / "socket"),
                     "secret_file": str(secret),
@@ -369,20 +365,7 @@ def test_hostile_hooks_are_denied_or_killed_and_the_rounds_go_on(
             },
         },
     )
-    argv = cli_argv(
-        "serve", "--max-rounds", "2", "--config", str(project.config_path), before=(site,)
-    )
-    argv[2] = (
-        _WITH_OWN_PID.format(config=str(project.config_path), placeholder=PID_PLACEHOLDER) + argv[2]
-    )
-    serve = subprocess.Popen(
-        argv,
-        cwd=project.root,
-        env={**os.environ, SECRET_NAME: SECRET_VALUE},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    project.children.append(serve)
+    serve = served.start(site, "--max-rounds", "2", env={SECRET_NAME: SECRET_VALUE})
     project.wait_for("agent_spawn")
     tracer = next(
         line
