@@ -172,9 +172,7 @@ class Serve:
         self.notifier.send(READY=1, STATUS="ready")
         self._save("starting")
         while True:
-            self.config = watcher.refresh()
-            self.stop.default_mode = self.config.runtime.stop_mode
-            self.stop.stop_file = self.config.runtime.stop_file
+            self._reload(watcher)
             reason = self._gates()
             if reason is not None:
                 return self._finish(reason, ExitCode.OK)
@@ -183,11 +181,7 @@ class Serve:
                 # Spawning now would start the agent in whatever work_dir has become.
                 emit("work_tree_changed", round=self.last_round, path=str(work_dir), reason=changed)
                 return self._finish("gave up: work_tree_changed", ExitCode.GAVE_UP)
-            wait = spawn_gate.ask(self.config, self.last_round + 1, self.last_summary)
-            if wait is not None:
-                self._save("deferred", **wait.detail(self.clock.now()))
-                self.notifier.status(f"round {self.last_round + 1}: {wait.action} by {wait.hook}")
-                self._sleep(wait.seconds)
+            if self._spawn_deferred(spawn_gate):
                 continue
             prompt = self._prompt(watcher)
             if prompt is None:
@@ -216,6 +210,22 @@ class Serve:
             self.events.allow_plugin_kinds(plugin.name, plugin.event_kinds)
         self._state["plugins"] = self.hooks.state()
         return SpawnGate(self.hooks, self.events.emit)
+
+    def _reload(self, watcher: ConfigWatcher) -> None:
+        """The config for the next round, applied to what serve holds besides it."""
+        self.config = watcher.refresh()
+        self.stop.default_mode = self.config.runtime.stop_mode
+        self.stop.stop_file = self.config.runtime.stop_file
+
+    def _spawn_deferred(self, gate: SpawnGate) -> bool:
+        """Ask the spawn hooks; True when one deferred or skipped the round (after its wait)."""
+        wait = gate.ask(self.config, self.last_round + 1, self.last_summary)
+        if wait is None:
+            return False
+        self._save("deferred", **wait.detail(self.clock.now()))
+        self.notifier.status(f"round {self.last_round + 1}: {wait.action} by {wait.hook}")
+        self._sleep(wait.seconds)
+        return True
 
     def _gates(self) -> str | None:
         """Why the loop must stop now, or None; waits out an active back-off."""
