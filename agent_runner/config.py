@@ -67,6 +67,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "stop_mode": Key("str", "terminate", choices=("terminate", "finish_round")),
         "transcript_max_bytes": Key("int", 64 * 1024 * 1024, 64 * 1024, 2**40),
         "transcript_keep_rounds": Key("int", 200, 0, 10**9),
+        "idle_timeout_s": Key("number", 0, 0, 7 * DAY_S),
     },
     "breakers": {
         "crash_loop_rounds": Key("int", 5, 1, 10_000),
@@ -128,6 +129,7 @@ class RuntimeConfig:
     stop_mode: Literal["terminate", "finish_round"]
     transcript_max_bytes: int
     transcript_keep_rounds: int
+    idle_timeout_s: float  # 0: off
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,7 @@ class _Parser:
             stop_mode=values["stop_mode"],
             transcript_max_bytes=values["transcript_max_bytes"],
             transcript_keep_rounds=values["transcript_keep_rounds"],
+            idle_timeout_s=float(values["idle_timeout_s"]),
         )
 
     def backoff(self, values: dict[str, Any]) -> BackoffConfig:
@@ -561,7 +564,8 @@ def render_docs() -> str:
         "`runtime.log_dir` defaults to `$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the",
         "absolute work_dir>` (`~/.local/state` when XDG_STATE_HOME is unset); `runtime.stop_file`",
         "defaults to `<log_dir>/STOP`; `runtime.transcript_keep_rounds = 0` keeps every",
-        "transcript. `agent.command` and `agent.parser` are required unless",
+        "transcript; `runtime.idle_timeout_s = 0` turns the silence watchdog off.",
+        "`agent.command` and `agent.parser` are required unless",
         "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
         "match `^sha256:[0-9a-f]{64}$`. A `plugins.settings.<name>` table reaches that plugin's",
         "hooks as `view.settings`, so it holds JSON data only: no dates or times, `nan` or `inf`.",

@@ -57,6 +57,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("agent_spawn_failed", "round reason", "the agent could not be started (counts as a failure)"),
     ("agent_exit", "round exit_code signal exit_cause duration_s", "the agent exited"),
     ("round_timeout_kill", "round budget_s", "the round hit its budget; the group is killed"),
+    (
+        "round_idle_kill",
+        "round idle_s",
+        "the agent printed nothing for runtime.idle_timeout_s; its group is killed (cause idle)",
+    ),
     ("round_leftovers_reaped", "round pids", "descendants left after the round were killed"),
     ("round_orphan_reaped", "round pgid pids", "a previous serve's agent group was killed"),
     ("round_end", "round exit_cause duration_s", "the round is over, tree secured"),

@@ -48,6 +48,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _prompt_files,
         _work_tree,
         _log_dir,
+        _silence_watchdog,
         _serve_running,
         _systemd_unit,
     ]
@@ -207,6 +208,34 @@ def _log_dir(config: Config) -> Iterator[Check]:
         )
         return
     yield Check("log_dir", "ok", str(log_dir))
+
+
+def _silence_watchdog(config: Config) -> Iterator[Check]:
+    runtime = config.runtime
+    idle = runtime.idle_timeout_s
+    if idle == 0:
+        yield Check("silence watchdog", "ok", "off (runtime.idle_timeout_s = 0)")
+        return
+    if idle >= runtime.round_budget_s:
+        yield Check(
+            "silence watchdog",
+            "warn",
+            f"idle_timeout_s ({idle:g}) is not shorter than round_budget_s "
+            f"({runtime.round_budget_s:g}): the budget always ends a silent round first",
+            "lower runtime.idle_timeout_s, or set it to 0",
+        )
+        return
+    command = config.agent.command
+    if config.agent.parser == "gemini" and "stream-json" not in command:
+        yield Check(
+            "silence watchdog",
+            "warn",
+            "gemini --output-format json prints its answer only when it is done: a turn longer"
+            f" than {idle:g}s looks silent and is ended",
+            'use "--output-format", "stream-json" (same parser), or raise runtime.idle_timeout_s',
+        )
+        return
+    yield Check("silence watchdog", "ok", f"a round silent for {idle:g}s is ended")
 
 
 def _systemd_unit(config: Config) -> Iterator[Check]:

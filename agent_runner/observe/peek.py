@@ -6,13 +6,16 @@ log, and never imports plugin code.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.errors import UsageError
 from agent_runner.events import format_event, tail_events
 from agent_runner.supervisor.instance import read_holder
+from agent_runner.supervisor.process import transcript_path
 from agent_runner.supervisor.state import read_state
 
 
@@ -29,6 +32,10 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
     active_round = state.get("round") if running else None
     if isinstance(active_round, dict) and isinstance(active_round.get("started_at"), int | float):
         active_round = {**active_round, "elapsed_s": round(now - active_round["started_at"], 1)}
+        number = active_round.get("number")
+        if type(number) is int and number > 0:
+            silent = _silent_s(transcript_path(log_dir, number), now)
+            active_round["silent_s"] = None if silent is None else round(silent, 1)
     started = supervisor.get("started_at")
     return {
         "project": {
@@ -37,6 +44,7 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
             "log_dir": str(log_dir),
             "agent": list(config.agent.command),
             "parser": config.agent.parser,
+            "idle_timeout_s": config.runtime.idle_timeout_s,
         },
         "supervisor": {
             "running": running,
@@ -77,6 +85,15 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
         "sandbox": state.get("sandbox"),
         "events": tail_events(log_dir, events) if events else [],
     }
+
+
+def _silent_s(transcript: Path, now: float) -> float | None:
+    """Seconds since the relay last wrote the transcript (its mtime); None when not there."""
+    try:
+        info = os.stat(transcript, follow_symlinks=False)
+    except OSError:
+        return None
+    return max(0.0, now - info.st_mtime)
 
 
 def _ended_phase(supervisor: dict[str, Any]) -> str:
@@ -125,9 +142,13 @@ def render_peek(snap: dict[str, Any]) -> str:
         ended = " (its last run crashed)" if sup["phase"] == "crashed" else ""
         lines.append(f"supervisor  not running{ended}")
     if snap["round"]:
-        lines.append(
-            f"round       {snap['round']['number']} running for {snap['round'].get('elapsed_s')}s"
-        )
+        current = snap["round"]
+        silent = current.get("silent_s")
+        idle = snap["project"]["idle_timeout_s"]
+        quiet = "" if silent is None else f", silent {silent}s"
+        quiet += f" (ended at {idle:g}s)" if silent is not None and idle else ""
+        elapsed = current.get("elapsed_s")
+        lines.append(f"round       {current['number']} running for {elapsed}s{quiet}")
     if last:
         lines.append(
             f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent_runner.parsers import aider, claude, codex, gemini, text
 from agent_runner.parsers.findings import TRANSIENT_CLASSES, Findings, Transient, Usage
+from agent_runner.parsers.retries import announced_wait
 from agent_runner.parsers.tail import read_tail
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "Findings",
     "Transient",
     "Usage",
+    "announced_wait",
     "parse_transcript",
     "report_findings",
 ]

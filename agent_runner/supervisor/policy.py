@@ -31,7 +31,7 @@ class Limits:
 class Outcome:
     """What one round showed, as far as the policy cares."""
 
-    exit_cause: str  # clean | error | timeout | signal:NAME | stopped
+    exit_cause: str  # clean | error | timeout | idle | signal:NAME | stopped
     duration_s: float
     progressed: bool  # a new commit, or work left in the tree
     transient: str | None = None  # classification

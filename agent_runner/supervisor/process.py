@@ -168,7 +168,7 @@ class AgentProcess:
         self.wait(None)
 
     def result(self, cause_override: str | None = None) -> AgentExit:
-        """The exit record; "timeout" and "stopped" come from the caller as `cause_override`."""
+        """The exit record; "timeout", "idle" and "stopped" are the caller's `cause_override`."""
         if self._returncode is None or self._ended is None:
             raise RuntimeError(f"agent {self.pid} has not been reaped yet")
         code = self._returncode

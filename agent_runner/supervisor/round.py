@@ -21,6 +21,7 @@ from agent_runner.supervisor.process import (
     deliver_prompt,
     transcript_path,
 )
+from agent_runner.supervisor.silence import SilenceWatch
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import reap_leftovers
 from agent_runner.supervisor.transcript import TranscriptRelay
@@ -112,7 +113,7 @@ class RoundRunner:
                 argv=loggable_argv(argv, config.agent.prompt_delivery),
                 transcript=str(transcript),
             )
-            cause = self._wait(number, agent)
+            cause = self._wait(number, agent, relay)
         except BaseException:
             # Whatever broke, no agent may outlive its supervisor's attention.
             agent.terminate(config.agent.sigterm_grace_s)
@@ -159,18 +160,32 @@ class RoundRunner:
         if report.error is not None:
             self.emit("transcript_write_failed", round=number, path=path, reason=report.error)
 
-    def _wait(self, number: int, agent: AgentProcess) -> str | None:
-        """Wait for exit, the budget or a stop; the exit-cause override, if any."""
+    def _wait(self, number: int, agent: AgentProcess, relay: TranscriptRelay) -> str | None:
+        """Wait for exit, the budget, silence or a stop; the exit-cause override, if any."""
         budget_s = self.config.runtime.round_budget_s
         deadline = self.clock.monotonic() + budget_s
         grace_s = self.config.agent.sigterm_grace_s
+        idle_s = self.config.runtime.idle_timeout_s
+        silence = (
+            SilenceWatch(idle_s, relay, self.config.agent.parser, self.clock.monotonic)
+            if idle_s > 0
+            else None
+        )
         while True:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 self.emit("round_timeout_kill", round=number, budget_s=budget_s)
                 agent.terminate(grace_s)
                 return "timeout"
-            if agent.wait(min(remaining, self.tick_s), wake_fd=self.stop.wake_fd):
+            step = min(remaining, self.tick_s)
+            if silence is not None:
+                silent_s = silence.silent_s()
+                if silent_s is not None:
+                    self.emit("round_idle_kill", round=number, idle_s=round(silent_s, 1))
+                    agent.terminate(grace_s)
+                    return "idle"
+                step = min(step, silence.due_in())
+            if agent.wait(step, wake_fd=self.stop.wake_fd):
                 return None
             self.tick()
             self.stop.drain()

@@ -3,8 +3,8 @@
 
 Past `max_bytes` the file keeps its head and a rolling tail (what parsers read), with one
 fixed-width line between them saying how much was left out. Every write of the agent
-passes through `_move`, the one place that sees output arrive. Old transcripts are pruned
-by round number.
+passes through `_move`, the one place that sees output arrive, and the one that stamps
+`last_output_at` for the silence watchdog. Old transcripts are pruned by round number.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import select
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,9 @@ class TranscriptRelay:
         self._tail_start: int | None = None  # set once the head is full and the marker written
         self._left_out = 0
         self._error: str | None = None
+        # Monotonic time output last arrived; written by the relay thread only (a float
+        # assignment is atomic under the GIL), read by the round's wait.
+        self.last_output_at = time.monotonic()
         self._read_fd, self.agent_fd = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self._read_fd, False)
         with contextlib.suppress(OSError):  # only fewer wakeups; the default 64 KiB works too
@@ -137,7 +141,19 @@ class TranscriptRelay:
                 return None  # not even reading works: nothing more can be done
             self._error = exc.strerror or str(exc)
             return 1  # not EOF: go on, dropping from here on
+        if moved:
+            # Arrival, not file growth: past the cap the file stops growing, on a full disk
+            # the bytes are dropped, and either way the agent is still talking.
+            self.last_output_at = time.monotonic()
         return moved or None
+
+    def tail(self, limit: int) -> bytes:
+        """The last `limit` bytes filed so far (read from our own descriptor, not the path)."""
+        start = max(self._start, self._end - limit)
+        try:
+            return os.pread(self._fd, self._end - start, start)
+        except OSError:
+            return b""
 
     def _room(self) -> int:
         if self._tail_start is None:

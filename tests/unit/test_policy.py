@@ -82,10 +82,23 @@ def test_slow_failure_or_clean_round_breaks_the_crash_streak() -> None:
     assert all(d.action == "continue" for d in replay(history))
 
 
-@pytest.mark.parametrize("cause", ["timeout", "signal:SIGSEGV", "error"])
+@pytest.mark.parametrize("cause", ["timeout", "idle", "signal:SIGSEGV", "error"])
 def test_every_kind_of_fast_failure_counts_toward_the_crash_loop(cause: str) -> None:
     decisions = replay([Outcome(cause, duration_s=1, progressed=False)] * 5)
     assert decisions[-1].breaker == "crash_loop"
+
+
+def test_a_round_ended_by_the_silence_watchdog_is_a_failed_round() -> None:
+    silent = Outcome("idle", duration_s=900, progressed=True)
+    assert [d.delay_s for d in replay([silent] * 3)] == [10, 20, 40]
+    assert replay([silent, CLEAN])[-1].delay_s == 5
+
+
+def test_a_silent_round_mid_retry_backs_off_like_any_transient_round() -> None:
+    retrying = Outcome("idle", duration_s=900, progressed=False, transient="api_transient_5xx")
+    state, decision = decide(LoopState(), retrying, LIMITS, now=NOW)
+    assert decision.action == "backoff"
+    assert state.failures == 0
 
 
 def test_transient_rounds_never_count_as_crashes() -> None:

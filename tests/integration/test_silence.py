@@ -1,0 +1,107 @@
+"""The silence watchdog through a real serve: a silent agent is ended, an agent waiting out a
+retry it announced is not."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+
+from tests.integration.conftest import Project, agent, git
+from tests.integration.test_serve import _seconds
+
+
+def test_a_silent_agent_is_killed_as_a_failed_round_and_its_work_is_stashed(
+    project: Project,
+) -> None:
+    project.write_config(
+        agent("goes_silent.py", "refactor.py"),
+        runtime={"idle_timeout_s": 1.5, "max_rounds": 1, "round_budget_s": 60},
+    )
+    done = project.cli("serve", timeout=30)
+    assert done.returncode == 0, done.stderr
+    kill = project.events("round_idle_kill")
+    assert len(kill) == 1
+    assert kill[0]["round"] == 1
+    assert 1.5 <= kill[0]["idle_s"] < 5
+    assert project.events("agent_exit")[0]["exit_cause"] == "idle"
+    spawn, ended = project.events("agent_spawn")[0], project.events("agent_exit")[0]
+    assert _seconds(ended["ts"]) - _seconds(spawn["ts"]) < 5  # not the 60 s budget
+    stash = project.events("orphan_stashed")[0]["ref"]
+    assert "agent-runner round 1 (idle)" in git(project.work_dir, "log", "-1", "--format=%s", stash)
+    state = json.loads((project.log_dir / "state.json").read_text())
+    assert state["last_round"]["exit_cause"] == "idle"
+    assert state["loop"]["failures"] == 1  # counted as a failed round
+
+
+def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Project) -> None:
+    # Each line is followed by 2.5 s of silence, longer than the 1.5 s window, but each
+    # announces that wait the way Claude Code does before it waits on a rate limit.
+    project.write_config(
+        agent("retries_quietly.py", "2.5", "3", "announce"),
+        runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
+    )
+    done = project.cli("serve", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert project.events("round_idle_kill") == []
+    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
+
+
+def test_the_same_silences_without_an_announcement_are_killed(project: Project) -> None:
+    project.write_config(
+        agent("retries_quietly.py", "2.5", "3", "plain"),
+        runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
+    )
+    done = project.cli("serve", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(project.events("round_idle_kill")) == 1
+    assert project.events("agent_exit")[0]["exit_cause"] == "idle"
+
+
+def test_output_keeps_a_round_alive_and_the_watchdog_is_off_by_default(project: Project) -> None:
+    project.write_config(agent("retries_quietly.py", "1", "3", "plain"), runtime={"max_rounds": 1})
+    done = project.cli("serve", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert project.events("round_idle_kill") == []
+    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
+
+
+def test_peek_shows_how_long_the_running_round_has_been_silent(project: Project) -> None:
+    project.write_config(agent("goes_silent.py"), runtime={"idle_timeout_s": 600})
+    project.start()
+    project.wait_for("agent_spawn")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        snap = json.loads(project.cli("peek", "--json").stdout)
+        if snap["round"] and (snap["round"].get("silent_s") or 0) >= 1.5:
+            break
+        time.sleep(0.2)
+    assert snap["round"]["silent_s"] >= 1.5
+    assert snap["project"]["idle_timeout_s"] == 600
+    text = project.cli("peek").stdout
+    assert re.search(r"round\s+1 running for [\d.]+s, silent [\d.]+s \(ended at 600s\)", text)
+
+
+def test_doctor_reports_the_watchdog_and_warns_where_it_cannot_work(project: Project) -> None:
+    project.write_config(
+        agent("goes_silent.py"), runtime={"idle_timeout_s": 900, "round_budget_s": 3600}
+    )
+    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+    assert checks["silence watchdog"]["level"] == "ok"
+    assert "900s" in checks["silence watchdog"]["detail"]
+    project.write_config(
+        agent("goes_silent.py"), runtime={"idle_timeout_s": 900, "round_budget_s": 600}
+    )
+    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+    assert checks["silence watchdog"]["level"] == "warn"
+    assert "budget always ends a silent round first" in checks["silence watchdog"]["detail"]
+    project.write_config(
+        [sys.executable, "-c", "", "--output-format", "json"],
+        runtime={"idle_timeout_s": 900, "round_budget_s": 3600},
+    )
+    document = project.config_path.read_text().replace('parser = "claude"', 'parser = "gemini"')
+    project.config_path.write_text(document)
+    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+    assert checks["silence watchdog"]["level"] == "warn"
+    assert "stream-json" in checks["silence watchdog"]["fix"]
