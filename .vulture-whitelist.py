@@ -14,6 +14,11 @@ plugins_pin  # unused function (agent_runner/cli.py)
 
 schema_version  # unused variable (agent_runner/config.py): kept in the parsed config
 
+# [budget] caps, read by name from supervisor/budget.py's CAPS table.
+max_cost_usd_per_day  # unused variable (agent_runner/config.py)
+max_tokens_per_day  # unused variable (agent_runner/config.py)
+max_rounds_per_hour  # unused variable (agent_runner/config.py)
+
 # Public API for plugin authors and for the plugin layer: used by code outside this package.
 PLUGIN  # unused variable (agent_runner/plugins/builtin/dirty.py): the builtin entry point's target
 _.proceed  # unused method (agent_runner/plugins/__init__.py)

@@ -88,6 +88,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "stash_idempotency_s": Key("number", 60, 0, DAY_S),
         "dirty_file_max_bytes": Key("int", 100 * 1024 * 1024, 1, 2**40),
     },
+    "budget": {
+        "max_cost_usd_per_day": Key("number", None, 0.01, 10**9),
+        "max_tokens_per_day": Key("int", None, 1, 10**15),
+        "max_rounds_per_hour": Key("int", None, 1, 10**6),
+    },
     "plugins": {
         "disable": Key("str_list", []),
         "sandbox": Key("str", "prefer", choices=("require", "prefer", "off")),
@@ -158,6 +163,15 @@ class VcsConfig:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    """Spend caps; None is no cap."""
+
+    max_cost_usd_per_day: float | None
+    max_tokens_per_day: int | None
+    max_rounds_per_hour: int | None
+
+
+@dataclass(frozen=True)
 class PluginsConfig:
     disable: tuple[str, ...]
     sandbox: Literal["require", "prefer", "off"]
@@ -179,6 +193,7 @@ class Config:
     backoff: BackoffConfig
     vcs: VcsConfig
     plugins: PluginsConfig
+    budget: BudgetConfig
     schema_version: int = field(default=SCHEMA_VERSION)
 
 
@@ -293,6 +308,7 @@ class _Parser:
             backoff=self.backoff(tables["backoff"]),
             vcs=self.vcs(tables["vcs"]),
             plugins=self.plugins(tables["plugins"]),
+            budget=self.budget(tables["budget"]),
         )
 
     def table(self, name: str, raw: Any) -> dict[str, Any]:
@@ -455,6 +471,14 @@ class _Parser:
             dirty_handler=values["dirty_handler"],
             stash_idempotency_s=float(values["stash_idempotency_s"]),
             dirty_file_max_bytes=values["dirty_file_max_bytes"],
+        )
+
+    def budget(self, values: dict[str, Any]) -> BudgetConfig:
+        cost = values["max_cost_usd_per_day"]
+        return BudgetConfig(
+            max_cost_usd_per_day=None if cost is None else float(cost),
+            max_tokens_per_day=values["max_tokens_per_day"],
+            max_rounds_per_hour=values["max_rounds_per_hour"],
         )
 
     def plugins(self, values: dict[str, Any]) -> PluginsConfig:

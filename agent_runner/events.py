@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("transient_error_detected", "round classification reset_at detail", "rate limit or 5xx"),
     ("backoff_wait", "classification until wait_s source", "waiting out a transient error"),
     ("backoff_recovered", "round classification", "the first good round after a back-off"),
+    (
+        "budget_wait",
+        "cap used limit until",
+        "a [budget] cap is reached: no round starts until the rolling window has room (until)",
+    ),
     (
         "agent_usage_recorded",
         "round model input_tokens output_tokens cache_read_tokens cache_creation_tokens cost_usd",
@@ -229,6 +235,16 @@ def format_ts(epoch: float) -> str:
     return (
         time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
     )
+
+
+def parse_ts(text: object) -> float | None:
+    """Epoch seconds from a `format_ts` timestamp, or None for anything else."""
+    if not isinstance(text, str) or len(text) != 24 or not text.endswith("Z"):
+        return None
+    try:
+        return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 class EventLog:
@@ -446,31 +462,34 @@ def iter_events(log_dir: Path) -> Iterator[dict[str, Any]]:
 def tail_events(log_dir: Path, count: int) -> list[dict[str, Any]]:
     """The last `count` events, read backwards from the end: cost does not grow with the log."""
     found: list[dict[str, Any]] = []
+    if count:
+        for event in events_backward(log_dir):
+            found.append(event)
+            if len(found) >= count:
+                break
+    found.reverse()
+    return found
+
+
+def events_backward(log_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every readable event, newest first: what is read grows with what the caller takes."""
     for path in reversed(event_files(log_dir)):
-        if len(found) >= count:
-            break
-        found[:0] = _tail_file(path, count - len(found))
-    return found[-count:] if count else []
+        fd = open_event_file(path)
+        if fd is None:
+            continue
+        try:
+            yield from _lines_backward(fd, os.fstat(fd).st_size)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
 
 
-def _tail_file(path: Path, count: int) -> list[dict[str, Any]]:
-    fd = open_event_file(path)
-    if fd is None:
-        return []
-    try:
-        return _tail_lines(fd, os.fstat(fd).st_size, count)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-
-
-def _tail_lines(fd: int, end: int, count: int) -> list[dict[str, Any]]:
-    """Read blocks backwards until `count` events are found or the file's start is reached."""
-    events: list[dict[str, Any]] = []
+def _lines_backward(fd: int, end: int) -> Iterator[dict[str, Any]]:
+    """The file's events from its end back to its start, a block at a time."""
     tail = b""  # the end of a line whose start lies before the blocks read so far
     oversized = False  # that line is longer than any event: skip it, whatever it holds
-    while end > 0 and len(events) < count:
+    while end > 0:
         start = max(0, end - _READ_BLOCK)
         pieces = os.pread(fd, end - start, start).split(b"\n")
         end = start
@@ -481,13 +500,15 @@ def _tail_lines(fd: int, end: int, count: int) -> list[dict[str, Any]]:
                 oversized = len(tail) > MAX_LINE_BYTES
             continue
         lines = pieces[1:-1] if oversized else [*pieces[1:-1], pieces[-1] + tail]
-        events[:0] = [e for e in map(parse_line, lines) if e is not None]
+        for line in reversed(lines):
+            event = parse_line(line)
+            if event is not None:
+                yield event
         tail, oversized = pieces[0], False
-    if end == 0 and not oversized and len(events) < count:
+    if not oversized:
         first = parse_line(tail)
         if first is not None:
-            events.insert(0, first)
-    return events[-count:]
+            yield first
 
 
 def format_event(event: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Any, Literal
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable, GitError
+from agent_runner.observe.peek import budget_report
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.supervisor.boot import check_log_dir, find_agent_program
 from agent_runner.supervisor.instance import read_holder
+from agent_runner.supervisor.state import read_state
 from agent_runner.systemd.state import unit_drift, unit_state
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -49,6 +52,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _work_tree,
         _log_dir,
         _silence_watchdog,
+        _spend_caps,
         _serve_running,
         _systemd_unit,
     ]
@@ -236,6 +240,36 @@ def _silence_watchdog(config: Config) -> Iterator[Check]:
         )
         return
     yield Check("silence watchdog", "ok", f"a round silent for {idle:g}s is ended")
+
+
+def _spend_caps(config: Config) -> Iterator[Check]:
+    caps = {k: v for k, v in asdict(config.budget).items() if v is not None}
+    report = budget_report(
+        config,
+        read_state(config.runtime.log_dir),
+        running=read_holder(config.runtime.log_dir) is not None,
+        now=time.time(),
+    )
+    day = report["last_24h"]
+    used = (
+        f"last 24 h: {day['rounds']} rounds, {day['tokens']} tokens, ${day['cost_usd']:g}"
+        " as the CLI reported"
+    )
+    if not caps:
+        yield Check("spend caps", "ok", f"none set ([budget]); {used}")
+        return
+    listed = ", ".join(f"{k} = {v:g}" for k, v in caps.items())
+    waiting = report["waiting"]
+    if waiting:
+        yield Check(
+            "spend caps",
+            "warn",
+            f"{listed}; {used}; serve is waiting: {waiting['cap']} reached "
+            f"({waiting['used']:g} of {waiting['limit']:g}), {waiting['remaining_s']:g}s left",
+            f"wait, or raise budget.{waiting['cap']} (applies within seconds)",
+        )
+        return
+    yield Check("spend caps", "ok", f"{listed}; {used}")
 
 
 def _systemd_unit(config: Config) -> Iterator[Check]:

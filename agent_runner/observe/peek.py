@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.errors import UsageError
 from agent_runner.events import format_event, tail_events
+from agent_runner.supervisor.budget import DAY_S, HOUR_S, Ledger
 from agent_runner.supervisor.instance import read_holder
 from agent_runner.supervisor.process import transcript_path
 from agent_runner.supervisor.state import read_state
@@ -81,9 +83,35 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
                 "limit": config.breakers.auth_failed_rounds,
             },
         },
+        "budget": budget_report(config, state, running=running, now=now),
         "plugins": state.get("plugins", []),
         "sandbox": state.get("sandbox"),
         "events": tail_events(log_dir, events) if events else [],
+    }
+
+
+def budget_report(
+    config: Config | None, state: dict[str, Any], *, running: bool, now: float
+) -> dict[str, Any]:
+    """The caps, what the rolling windows hold now, and the wait serve is in, if any."""
+    ledger = Ledger.from_state(state.get("budget")) or Ledger()
+    day, hour = ledger.totals(now, DAY_S), ledger.totals(now, HOUR_S)
+    detail = state.get("phase_detail") or {}
+    waiting = None
+    phase = (state.get("supervisor") or {}).get("phase")
+    if running and phase == "budget_wait" and isinstance(detail.get("until"), int | float):
+        waiting = {
+            "cap": detail.get("cap"),
+            "used": detail.get("used"),
+            "limit": detail.get("limit"),
+            "until": detail["until"],
+            "remaining_s": round(max(0.0, detail["until"] - now), 1),
+        }
+    return {
+        "caps": None if config is None else asdict(config.budget),
+        "last_24h": {"rounds": day.rounds, "tokens": day.tokens, "cost_usd": day.cost_usd},
+        "last_hour": {"rounds": hour.rounds},
+        "waiting": waiting,
     }
 
 
@@ -164,6 +192,7 @@ def render_peek(snap: dict[str, Any]) -> str:
     lines.append(f"rounds run  {snap['rounds_run']}")
     if backoff["active"]:
         lines.append(f"back-off    {backoff['classification']}, {backoff['remaining_s']}s left")
+    lines.append(f"budget      {_budget_line(snap['budget'])}")
     breakers = ", ".join(
         f"{name} {b['count']}/{b['limit']}" for name, b in snap["breakers"].items()
     )
@@ -176,6 +205,24 @@ def render_peek(snap: dict[str, Any]) -> str:
         lines.append("sandbox     not probed yet")
     lines.extend(format_event(event) for event in snap["events"])
     return "\n".join(lines)
+
+
+def _budget_line(report: dict[str, Any]) -> str:
+    day = report["last_24h"]
+    text = (
+        f"last 24 h: {day['rounds']} rounds, {day['tokens']} tokens, "
+        f"${day['cost_usd']:g} as reported"
+    )
+    caps = {k: v for k, v in (report["caps"] or {}).items() if v is not None}
+    text += "; caps " + ", ".join(f"{k} {v:g}" for k, v in caps.items()) if caps else "; no caps"
+    waiting = report["waiting"]
+    if waiting:
+        until = time.strftime("%H:%M", time.localtime(waiting["until"]))
+        text += (
+            f"; waiting: {waiting['cap']} {waiting['used']:g}/{waiting['limit']:g}"
+            f" until {until} ({waiting['remaining_s']:g}s)"
+        )
+    return text
 
 
 def _plugins_line(verdicts: Any) -> str:

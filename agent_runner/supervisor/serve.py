@@ -18,6 +18,7 @@ from agent_runner.errors import AgentRunnerError, ConfigError, ExitCode, GitErro
 from agent_runner.events import EventLog, format_event
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.sdnotify import Notifier
+from agent_runner.supervisor import budget
 from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
@@ -32,13 +33,19 @@ from agent_runner.supervisor.policy import (
 from agent_runner.supervisor.process import AgentProcess, transcript_path
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
-from agent_runner.supervisor.state import loop_from_state, recover_state, write_state
+from agent_runner.supervisor.state import (
+    loop_from_state,
+    recover_ledger,
+    recover_state,
+    write_state,
+)
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
 from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
 from agent_runner.supervisor.transcript import prune_transcripts
 
 DRAIN_EXTEND_USEC = 15_000_000
 PROMPT_RETRY_S = 2.0
+BUDGET_RECHECK_S = STOP_FILE_CHECK_S  # a cap raised by a live edit applies this soon
 WALL_CLOCK_RECHECK_S = STOP_FILE_CHECK_S  # costs no extra wakeup: the stop file is due anyway
 
 
@@ -87,6 +94,8 @@ class Serve:
     head: str | None = None
     hooks: Hooks | None = None  # set once plugins are admitted
     pinned: vcs.TreeIdentity | None = None
+    spend: budget.Ledger = field(default_factory=budget.Ledger)
+    _budget_shown: budget.BudgetWait | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
@@ -136,6 +145,7 @@ class Serve:
             clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
             latest=self.clock.now() + self.config.backoff.max_wait_s,
         )
+        self.spend = recover_ledger(previous, self.config.runtime.log_dir, self.clock.now())
         self._state = {
             "supervisor": {
                 "pid": os.getpid(),
@@ -176,6 +186,8 @@ class Serve:
             reason = self._gates()
             if reason is not None:
                 return self._finish(reason, ExitCode.OK)
+            if self._budget_wait():
+                continue
             changed = self.pinned.problem()
             if changed is not None:
                 # Spawning now would start the agent in whatever work_dir has become.
@@ -251,6 +263,26 @@ class Serve:
                 return f"stopped ({self.stop.source})"
         return None
 
+    def _budget_wait(self) -> bool:
+        """Wait while a spend cap is reached; True when it waited (so the gates run again)."""
+        now = self.clock.now()
+        wait = budget.check(self.spend, self.config.budget, now)
+        if wait is None:
+            self._budget_shown = None
+            return False
+        if wait != self._budget_shown:
+            self._budget_shown = wait
+            self.events.emit(
+                "budget_wait", cap=wait.cap, used=wait.used, limit=wait.limit, until=wait.until
+            )
+            self._save("budget_wait", **asdict(wait))
+            clock_text = time.strftime("%H:%M", time.localtime(wait.until))
+            self.notifier.status(f"{wait.cap} reached; waiting until {clock_text}")
+        # Back to the gates every few seconds: a stop file, or a cap raised by a live edit,
+        # applies without waiting out the window.
+        self._sleep_until(min(wait.until, now + BUDGET_RECHECK_S))
+        return True
+
     def _sleep_until(self, until: float) -> bool:
         """Sleep until wall-clock time `until`; False when a stop interrupted it.
 
@@ -290,6 +322,7 @@ class Serve:
         assert self.hooks is not None
         self.last_round += 1
         self.rounds_run += 1
+        self.spend = self.spend.record(self.clock.now(), rounds=1)
         self.notifier.status(f"round {self.last_round} running")
         runner = RoundRunner(
             self.config,
@@ -319,6 +352,12 @@ class Serve:
         )
         if result.tree is not None:
             self.head = result.tree.head_after
+        usage = result.findings.usage
+        if usage is not None:
+            tokens, cost = budget.usage_amounts(
+                usage.input_tokens, usage.output_tokens, usage.cost_usd
+            )
+            self.spend = self.spend.record(self.clock.now(), tokens=tokens, cost_usd=cost)
         self.last_summary = result.summary()
         return result
 
@@ -441,6 +480,7 @@ class Serve:
         self._state["loop"] = asdict(self.loop)
         if self.hooks is not None:
             self._state["plugins"] = self.hooks.state()
+        self._state["budget"] = self.spend.to_state()
         self._watchdog()
         try:
             write_state(self.config.runtime.log_dir, self._state)

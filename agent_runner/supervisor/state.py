@@ -10,14 +10,18 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent_runner.events import Emit
+from agent_runner.events import Emit, events_backward, parse_ts
 from agent_runner.files import read_regular, write_atomic
+from agent_runner.supervisor.budget import DAY_S, Ledger, ledger_from_events
 from agent_runner.supervisor.policy import LoopState
 
 STATE_NAME = "state.json"
+# Rebuilding the spend ledger reads back at most this many events (about a day of fast rounds).
+LEDGER_REBUILD_MAX_EVENTS = 100_000
 MAX_STATE_BYTES = 16 * 1024 * 1024
 MAX_STATE_DEPTH = 16  # serve writes four levels; peek prints whatever it reads
 _COUNTERS = (
@@ -39,6 +43,7 @@ _SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
     "sandbox": ((dict, type(None)), ("tier", "landlock_abi")),
     "plugins": ((list,), ()),
     "phase_detail": ((dict,), ()),
+    "budget": ((dict,), ("hour", "day")),
 }
 
 
@@ -125,6 +130,27 @@ def _depth(value: Any) -> int:
 
 def _children(item: dict[str, Any] | list[Any]) -> list[Any]:
     return list(item.values()) if isinstance(item, dict) else item
+
+
+def recover_ledger(previous: dict[str, Any], log_dir: Path, now: float) -> Ledger:
+    """The spend ledger the previous serve left; rebuilt from the event log's tail (the last
+    day, at most LEDGER_REBUILD_MAX_EVENTS events) when state.json has none or a damaged one."""
+    ledger = Ledger.from_state(previous.get("budget"))
+    if ledger is not None:
+        return ledger
+    return ledger_from_events(_last_day(log_dir, now), now)
+
+
+def _last_day(log_dir: Path, now: float) -> Iterator[dict[str, Any]]:
+    for count, event in enumerate(events_backward(log_dir)):
+        if count >= LEDGER_REBUILD_MAX_EVENTS:
+            return
+        at = parse_ts(event.get("ts"))
+        if at is None:
+            continue
+        if at <= now - DAY_S:
+            return  # the log is in time order: everything before this is older still
+        yield {**event, "at": at}
 
 
 def loop_from_state(raw: Any, *, clean_exit: bool, latest: float) -> LoopState:

@@ -287,7 +287,10 @@ def test_prompt_files_are_concatenated_and_must_be_non_empty(tmp_path: Path) -> 
 
 
 def test_schema_covers_every_table_of_the_spec() -> None:
-    assert set(SCHEMA) == {"agent", "prompt", "runtime", "breakers", "backoff", "vcs", "plugins"}
+    assert set(SCHEMA) == {
+        *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "plugins"),
+        "budget",  # SPEC §14
+    }
 
 
 def test_configuration_doc_is_generated_from_the_schema() -> None:

@@ -8,11 +8,15 @@ from typing import Any
 
 import pytest
 
+from agent_runner.events import format_ts
+from agent_runner.supervisor import state
+from agent_runner.supervisor.budget import DAY_S, Ledger
 from agent_runner.supervisor.policy import LoopState
 from agent_runner.supervisor.state import (
     load_state,
     loop_from_state,
     read_state,
+    recover_ledger,
     recover_state,
     write_state,
 )
@@ -138,3 +142,36 @@ def test_a_missing_or_sound_state_is_left_where_it_is(tmp_path: Path) -> None:
     write_state(tmp_path, {"rounds_run": 3, "round": None})
     assert recover_state(tmp_path, events, NOW) == {"rounds_run": 3, "round": None}
     assert events.events == []
+
+
+def _write_events(log_dir: Path, stamps: list[float], kind: str = "round_start") -> None:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "events-2027-01.jsonl", "a") as handle:
+        for at in stamps:
+            handle.write(json.dumps({"ts": format_ts(at), "event": kind, "round": 1}) + "\n")
+
+
+def test_the_spend_ledger_in_state_json_is_used_without_reading_the_event_log(
+    tmp_path: Path,
+) -> None:
+    _write_events(tmp_path, [NOW - 60 * i for i in range(50)])
+    kept = Ledger().record(NOW - 10, rounds=7)
+    recovered = recover_ledger({"budget": kept.to_state()}, tmp_path, NOW)
+    assert recovered.totals(NOW, DAY_S).rounds == 7
+
+
+def test_a_lost_or_damaged_ledger_is_rebuilt_from_the_last_day_of_events_only(
+    tmp_path: Path,
+) -> None:
+    _write_events(tmp_path, [NOW - 3 * DAY_S + 60 * i for i in range(100)])  # long gone
+    _write_events(tmp_path, [NOW - 3600 + 60 * i for i in range(30)])
+    for previous in ({}, {"budget": "damaged"}, {"budget": [[1, 2]]}):
+        assert recover_ledger(previous, tmp_path, NOW).totals(NOW, DAY_S).rounds == 30
+
+
+def test_a_rebuild_reads_a_bounded_number_of_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state, "LEDGER_REBUILD_MAX_EVENTS", 40)
+    _write_events(tmp_path, [NOW - 1000 + i for i in range(100)])
+    assert state.recover_ledger({}, tmp_path, NOW).totals(NOW, DAY_S).rounds == 40
