@@ -11,6 +11,8 @@ doctor  # unused function (agent_runner/cli.py)
 demo  # unused function (agent_runner/cli.py)
 plugins_list  # unused function (agent_runner/cli.py)
 plugins_pin  # unused function (agent_runner/cli.py)
+rescue_apply  # unused function (agent_runner/cli.py)
+rescue_branch  # unused function (agent_runner/cli.py)
 
 schema_version  # unused variable (agent_runner/config.py): kept in the parsed config
 

@@ -285,6 +285,54 @@ def uninstall(system_wide: bool, dry_run: bool, config_path: Path | None) -> Non
         click.echo(note)
 
 
+@cli.group(invoke_without_command=True)
+@json_option
+@config_option
+@click.pass_context
+def rescue(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
+    """Work serve secured (stashes, auto-commits): list it; `apply` or `branch` one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from agent_runner.supervisor.rescue import render_secured, secured_work
+
+    config = load(config_path)
+    entries = secured_work(config)
+    if as_json:
+        print_json({"secured": [entry.to_dict() for entry in entries]})
+    else:
+        click.echo(render_secured(entries, config.runtime.work_dir))
+
+
+@rescue.command(name="apply")
+@click.argument("sha")
+@config_option
+def rescue_apply(sha: str, config_path: Path | None) -> None:
+    """Put SHA's work back into the work tree (only a clean one; overwrites nothing)."""
+    from agent_runner.supervisor.rescue import apply_work
+
+    config = load(config_path)
+    entry = apply_work(config, sha)
+    click.echo(
+        f"applied round {entry.round}'s {entry.action} {entry.sha[:12]} to"
+        f" {config.runtime.work_dir}; `git status` shows it"
+    )
+
+
+@rescue.command(name="branch")
+@click.argument("sha")
+@click.argument("name")
+@config_option
+def rescue_branch(sha: str, name: str, config_path: Path | None) -> None:
+    """Make a new branch NAME holding SHA's work; the tree and HEAD stay as they are."""
+    from agent_runner.supervisor.rescue import branch_work
+
+    entry = branch_work(load(config_path), sha, name)
+    click.echo(
+        f"branch {name} holds round {entry.round}'s {entry.action} {entry.sha[:12]};"
+        f" `git switch {name}` to work on it"
+    )
+
+
 @cli.group()
 def plugins() -> None:
     """Discovered plugins, their provenance and pins."""

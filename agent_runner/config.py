@@ -87,6 +87,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "dirty_handler": Key("str", "builtin"),
         "stash_idempotency_s": Key("number", 60, 0, DAY_S),
         "dirty_file_max_bytes": Key("int", 100 * 1024 * 1024, 1, 2**40),
+        "rescue_keep_days": Key("number", 30, 0, 3650),
     },
     "budget": {
         "max_cost_usd_per_day": Key("number", None, 0.01, 10**9),
@@ -160,6 +161,7 @@ class VcsConfig:
     dirty_handler: str
     stash_idempotency_s: float
     dirty_file_max_bytes: int
+    rescue_keep_days: float  # 0: keep forever
 
 
 @dataclass(frozen=True)
@@ -471,6 +473,7 @@ class _Parser:
             dirty_handler=values["dirty_handler"],
             stash_idempotency_s=float(values["stash_idempotency_s"]),
             dirty_file_max_bytes=values["dirty_file_max_bytes"],
+            rescue_keep_days=float(values["rescue_keep_days"]),
         )
 
     def budget(self, values: dict[str, Any]) -> BudgetConfig:
@@ -588,7 +591,8 @@ def render_docs() -> str:
         "`runtime.log_dir` defaults to `$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the",
         "absolute work_dir>` (`~/.local/state` when XDG_STATE_HOME is unset); `runtime.stop_file`",
         "defaults to `<log_dir>/STOP`; `runtime.transcript_keep_rounds = 0` keeps every",
-        "transcript; `runtime.idle_timeout_s = 0` turns the silence watchdog off.",
+        "transcript; `runtime.idle_timeout_s = 0` turns the silence watchdog off;",
+        "`vcs.rescue_keep_days = 0` keeps `refs/agent-runner/rounds/*` forever.",
         "`agent.command` and `agent.parser` are required unless",
         "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
         "match `^sha256:[0-9a-f]{64}$`. A `plugins.settings.<name>` table reaches that plugin's",

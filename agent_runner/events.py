@@ -118,6 +118,16 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("orphan_idempotent_skip", "round ref", "identical work was stashed moments ago"),
     ("dirty_auto_committed", "round ref files", "the work was committed"),
     ("dirty_ignored", "round reason", "the work was left in the tree"),
+    (
+        "work_keep_failed",
+        "round reason",
+        "the stash or commit is stored, but not also under refs/agent-runner/rounds/<round>",
+    ),
+    (
+        "work_refs_pruned",
+        "count refs",
+        "refs/agent-runner/rounds/* older than vcs.rescue_keep_days were removed (first 20)",
+    ),
     ("dirty_action_failed", "round action reason", "securing the work failed; it stays on disk"),
     (
         "work_tree_changed",
@@ -443,8 +453,10 @@ def open_event_file(path: Path) -> int | None:
     return fd
 
 
-def iter_events(log_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every readable event, oldest first, skipping torn and malformed lines."""
+def iter_events(log_dir: Path, kinds: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """Every readable event, oldest first, skipping torn and malformed lines; with `kinds`,
+    only those (a line naming none of them is not even parsed)."""
+    marks = [f'"event":"{kind}"'.encode() for kind in kinds]
     for path in event_files(log_dir):
         fd = open_event_file(path)
         if fd is None:
@@ -452,8 +464,10 @@ def iter_events(log_dir: Path) -> Iterator[dict[str, Any]]:
         try:
             with os.fdopen(fd, "rb") as handle:
                 for line in handle:
+                    if marks and not any(mark in line for mark in marks):
+                        continue
                     event = parse_line(line)
-                    if event is not None:
+                    if event is not None and (not kinds or event["event"] in kinds):
                         yield event
         except OSError:
             continue

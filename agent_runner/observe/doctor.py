@@ -50,6 +50,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _agent_setup,
         _prompt_files,
         _work_tree,
+        _secured_work,
         _log_dir,
         _silence_watchdog,
         _spend_caps,
@@ -191,6 +192,25 @@ def _work_tree(config: Config) -> Iterator[Check]:
         )
     else:
         yield Check("work tree", "ok", f"{work_dir} (HEAD {vcs.head_sha(work_dir) or 'none yet'})")
+
+
+def _secured_work(config: Config) -> Iterator[Check]:
+    try:
+        kept = vcs.list_kept(vcs.open_repo(config.runtime.work_dir))
+    except GitError:
+        return  # the work tree check has said why
+    days = config.vcs.rescue_keep_days
+    pruning = f"each pruned {days:g} days after it was made" if days else "kept forever"
+    if not kept:
+        yield Check("secured work", "ok", f"none kept under {vcs.KEPT_PREFIX} yet ({pruning})")
+        return
+    rounds = [k.record["round"] for k in kept]
+    yield Check(
+        "secured work",
+        "ok",
+        f"{len(kept)} piece(s) under {vcs.KEPT_PREFIX} (rounds {min(rounds)}..{max(rounds)},"
+        f" {pruning}): `agent-runner rescue` lists them",
+    )
 
 
 def _log_dir(config: Config) -> Iterator[Check]:

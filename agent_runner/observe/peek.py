@@ -182,6 +182,7 @@ def render_peek(snap: dict[str, Any]) -> str:
             f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "
             f"in {last['duration_s']}s"
             + (f", transient {last['transient']}" if last.get("transient") else "")
+            + _secured_note(last)
         )
     deferred = snap["deferred"]
     if deferred:
@@ -205,6 +206,14 @@ def render_peek(snap: dict[str, Any]) -> str:
         lines.append("sandbox     not probed yet")
     lines.extend(format_event(event) for event in snap["events"])
     return "\n".join(lines)
+
+
+def _secured_note(last: dict[str, Any]) -> str:
+    ref, action = last.get("tree_ref"), last.get("tree_action")
+    if not isinstance(ref, str) or action not in ("stash", "commit", "failed"):
+        return ""
+    done = {"stash": "stashed", "commit": "committed", "failed": "stashed (tree not cleaned)"}
+    return f", work {done[action]} as {ref[:12]} (`agent-runner rescue`)"
 
 
 def _budget_line(report: dict[str, Any]) -> str:

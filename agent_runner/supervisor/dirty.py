@@ -25,6 +25,7 @@ REASON_FILES_MAX = 3
 MESSAGE_MAX_CHARS = 200
 LAST_STASH_FILE = "dirty-last-stash.json"
 DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
+DAY_S = 86_400
 
 Emit = Callable[..., None]
 Decide = Callable[["DirtyView"], DirtyIntent]
@@ -67,6 +68,7 @@ class _Tree:
     # repositories, and files over the size limit.
     excluded: tuple[str, ...]
     oversized: Mapping[str, int]  # dirty files over the size limit, with their sizes
+    sizes: Mapping[str, int]  # the size of every dirty regular file
 
     @property
     def head(self) -> str | None:
@@ -89,12 +91,15 @@ def secure_tree(
     settings: Mapping[str, Any] | None = None,
     pinned: vcs.TreeIdentity | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    keep_days: float = 0,
 ) -> TreeReport:
     """Detect work left by round `round_no` and stash, commit or leave it; never raises GitError.
 
     `decide=None` is the builtin handler; a third-party `decide` gets `settings` as view.settings.
     With `pinned`, a tree that is not the one pinned at boot is left alone: action
     `work_tree_changed`, and the caller must stop. A file over `max_file_bytes` stays on disk.
+    What is stashed or committed is also kept under refs/agent-runner/rounds/<round_no>, and
+    such refs older than `keep_days` (0: never) are pruned.
     """
     try:
         # The state dir holds the idempotency record: never the agent's work.
@@ -124,7 +129,9 @@ def secure_tree(
     else:
         view = replace(builtin_view, settings=dict(settings or {}))
         intent = _ask(decide, view, builtin_view, emit)
-    job = _Job(tree, round_no, head_before, idempotency_s, state_dir, now, emit)
+    job = _Job(
+        tree, round_no, head_before, idempotency_s, state_dir, now, emit, exit_cause, keep_days
+    )
     try:
         report = job.execute(intent)
     except WorkTreeChanged as exc:
@@ -214,7 +221,13 @@ def _inspect(
     content = sum(size for path, size in sizes.items() if path not in excluded)
     repo = replace(repo, timeout_s=vcs.timeout_for(content))
     # Excluding an ignored path by name makes `git add` fail; ignored paths need no exclusion.
-    return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)), oversized)
+    return _Tree(repo, rel, tuple(sorted(files)), tuple(sorted(excluded)), oversized, sizes)
+
+
+def agents_work(repo: vcs.Repo, work_dir: Path, protected: Sequence[str]) -> list[str]:
+    """The dirty paths that are work, as the dirty-tree step sees them: protected ones left out."""
+    rel = _relative_to_top(work_dir, repo.top, protected)
+    return [entry.path for entry in vcs.status(repo) if not _is_protected(entry.path, rel)]
 
 
 def _clear_stale_index_lock(repo: vcs.Repo, round_no: int, emit: Emit) -> None:
@@ -313,6 +326,8 @@ class _Job:
     state_dir: Path
     now: float
     emit: Emit
+    exit_cause: str = "clean"
+    keep_days: float = 0
 
     def execute(self, intent: DirtyIntent) -> TreeReport:
         tree = self.tree
@@ -366,6 +381,7 @@ class _Job:
                 if tree.repo.resolve("refs/stash") != sha:
                     raise
             self.emit("orphan_stashed", round=self.round_no, ref=sha)
+            self.keep("stash", sha, taken)
             # Recorded now: if cleaning fails, the next round does not stash the same work again.
             _save_last_stash(self.state_dir, {"tree": snap.tree, "ref": sha, "at": self.now})
             return self.verified(
@@ -374,6 +390,34 @@ class _Job:
                 [f for f in tree.files if f not in tree.oversized],
                 lambda: vcs.clean_to_head(tree.repo, snap, held, excluded),
             )
+
+    def keep(self, action: str, sha: str, files: Sequence[str]) -> None:
+        """Keep `sha` under refs/agent-runner/rounds/<n> too: a stash list can be cleared."""
+        record = {
+            "action": action,
+            "exit_cause": self.exit_cause,
+            "at": self.now,
+            "files": [display_path(f) for f in files[:EVENT_FILES_MAX]],
+            "count": len(files),
+            "bytes": sum(self.tree.sizes.get(f, 0) for f in files),
+        }
+        repo = self.tree.repo
+        try:
+            vcs.keep_work(repo, self.round_no, sha, record, self.now)
+            pruned = (
+                vcs.prune_kept(repo, older_than=self.now - self.keep_days * DAY_S)
+                if self.keep_days
+                else []
+            )
+        except WorkTreeChanged:
+            raise
+        except GitError as exc:
+            # The work is stored all the same (refs/stash or the branch): this only costs the
+            # copy that `git stash clear` cannot reach.
+            self.emit("work_keep_failed", round=self.round_no, reason=str(exc))
+            return
+        if pruned:
+            self.emit("work_refs_pruned", count=len(pruned), refs=pruned[:EVENT_FILES_MAX])
 
     def recent_identical_stash(self, snapshot: str) -> str | None:
         last = _load_last_stash(self.state_dir)
@@ -393,6 +437,7 @@ class _Job:
         sha = vcs.commit(tree.repo, intent.message, pathspecs)
         files = [display_path(p) for p in paths[:EVENT_FILES_MAX]]
         self.emit("dirty_auto_committed", round=self.round_no, ref=sha, files=files)
+        self.keep("commit", sha, paths)
 
         def check() -> None:
             parent = tree.repo.resolve(f"{sha}^") if tree.head is not None else None

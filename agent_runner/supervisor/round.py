@@ -53,6 +53,7 @@ class RoundResult:
             "auth_error": self.findings.auth_error is not None,
             "setup_error": self.findings.setup_error is not None,
             "tree_action": self.tree.action if self.tree else None,
+            "tree_ref": self.tree.ref if self.tree else None,
         }
 
 
@@ -210,14 +211,10 @@ class RoundRunner:
             emit=self.emit,
             now=self.clock.now(),
             decide=self.decide_dirty,
-            # The supervisor's own inputs: stashing them would undo an operator's live edit.
-            protected=(
-                str(self.config.path),
-                str(self.config.runtime.log_dir),
-                *(str(path) for path in self.config.prompt.files),
-            ),
+            protected=own_paths(self.config),
             pinned=self.pinned,
             max_file_bytes=self.config.vcs.dirty_file_max_bytes,
+            keep_days=self.config.vcs.rescue_keep_days,
         )
 
 
@@ -230,6 +227,15 @@ def round_environment(config: Config, number: int) -> dict[str, str]:
         log_dir=runtime.log_dir,
         transcript=transcript_path(runtime.log_dir, number),
         base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
+    )
+
+
+def own_paths(config: Config) -> tuple[str, ...]:
+    """The supervisor's own inputs and logs: stashing them would undo an operator's live edit."""
+    return (
+        str(config.path),
+        str(config.runtime.log_dir),
+        *(str(path) for path in config.prompt.files),
     )
 
 

@@ -5,6 +5,8 @@ on, `work` reads and secures the work in it. Callers use the names re-exported h
 """
 
 from agent_runner.vcs.identity import TreeIdentity
+from agent_runner.vcs.kept import PREFIX as KEPT_PREFIX
+from agent_runner.vcs.kept import Kept, keep_work, list_kept, prune_kept
 from agent_runner.vcs.leftovers import index_lock_holders, remove_temp_objects
 from agent_runner.vcs.repo import (
     GIT_MIN_BYTES_PER_S,
@@ -54,7 +56,9 @@ __all__ = [
     "HARDENING_ARGS",
     "IDENTITY_EMAIL",
     "IDENTITY_NAME",
+    "KEPT_PREFIX",
     "GitResult",
+    "Kept",
     "Repo",
     "Snapshot",
     "StatusEntry",
@@ -70,10 +74,13 @@ __all__ = [
     "head_sha",
     "index_lock_holders",
     "is_work_tree",
+    "keep_work",
+    "list_kept",
     "literal_pathspecs",
     "open_repo",
     "operation_in_progress",
     "pin_tree",
+    "prune_kept",
     "remove_temp_objects",
     "resolve",
     "run_git",

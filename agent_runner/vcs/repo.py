@@ -19,6 +19,7 @@ from agent_runner.vcs.run import (
     GitTimedOut,
     _config_entries,
     _detail,
+    _failure,
     _finish,
     _overrides_for,
     _run,
@@ -74,6 +75,15 @@ class Repo:
         args = ["rev-parse", "-q", "--verify", "--end-of-options", rev]
         result = _run(self.top, args, env=self._env(None), overrides=self.overrides)
         return result.stdout.decode("ascii").strip() if result.returncode == 0 else None
+
+    def says_yes(self, *args: str) -> bool:
+        """The answer of a git command that answers by its exit status: 0 yes, 1 no."""
+        if self.pinned is not None:
+            self.pinned.verify()
+        result = _run(self.top, args, env=self._env(None), overrides=self.overrides)
+        if result.returncode not in (0, 1):
+            raise GitError(_failure(args, result))
+        return result.returncode == 0
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         # Named explicitly, so no later call rediscovers the repository or reads core.worktree.

@@ -301,6 +301,15 @@ def test_every_recovery_command_in_the_docs_gives_the_work_back(project: Project
         return git(work, *argv[1:])
 
     checks = {
+        "agent-runner rescue": lambda out: (
+            f"    1  stash   {ref[:12]}  error" in out and "README/new.txt" in out
+        ),
+        "agent-runner rescue apply <ref>": lambda _out: agent_work() == left_by_agent,
+        "agent-runner rescue branch <ref> <name>": lambda _out: (
+            git(work, "show", "rescued:README/new.txt") == "new\n"
+            and git(work, "rev-parse", "--abbrev-ref", "HEAD").strip() == branch
+            and git(work, "ls-tree", "rescued", "link").startswith("120000")
+        ),
         "agent-runner events --kind orphan_stashed": lambda out: ref in out,
         "git stash list": lambda out: f"On {branch}: agent-runner round 1 (error)" in out,
         "git stash show --stat <ref>": lambda out: "README/new.txt" in out and "link" in out,
@@ -319,8 +328,10 @@ def test_every_recovery_command_in_the_docs_gives_the_work_back(project: Project
     commands = recovery_commands()
     assert commands == list(checks), "the docs and this test name the same commands"
     for command in commands:
-        if command.startswith("git stash apply") or command.startswith("git stash branch"):
+        if command.startswith(("git stash apply", "git stash branch", "agent-runner rescue ")):
             reset_tree()
+        if command.startswith("git stash branch"):
+            git(work, "branch", "-q", "-D", "rescued")  # made by `rescue branch` above
         if command.startswith("git stash store"):
             git(work, "stash", "drop", "-q")
             assert git(work, "stash", "list") == ""
