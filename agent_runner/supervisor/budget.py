@@ -23,7 +23,10 @@ MINUTE_S = 60.0  # an entry leaves the hour at most a minute late, never early
 SPAN_S = 300.0  # an entry leaves the day at most five minutes late, never early
 MAX_ROWS = {HOUR_S: int(HOUR_S // MINUTE_S) + 2, DAY_S: int(DAY_S // SPAN_S) + 2}
 
-Row = tuple[float, int, int, float]  # the newest moment recorded in it, rounds, tokens, cost
+# The newest moment recorded in it, rounds, tokens, and the cost in millionths of a dollar:
+# whole numbers, so adding up and taking away never drifts.
+Row = tuple[float, int, int, int]
+MICRO = 1_000_000
 ROUNDS: Final = 1
 TOKENS: Final = 2
 COST: Final = 3
@@ -63,8 +66,8 @@ class Ledger:
         self, now: float, *, rounds: int = 0, tokens: int = 0, cost_usd: float = 0.0
     ) -> Ledger:
         """The ledger with this added at `now`, and rows older than their window dropped."""
-        hour = _add(self.hour, now, MINUTE_S, HOUR_S, (now, rounds, 0, 0.0)) if rounds else None
-        day = _add(self.day, now, SPAN_S, DAY_S, (now, rounds, tokens, cost_usd))
+        hour = _add(self.hour, now, MINUTE_S, HOUR_S, (now, rounds, 0, 0)) if rounds else None
+        day = _add(self.day, now, SPAN_S, DAY_S, (now, rounds, tokens, _micro(cost_usd)))
         return Ledger(self.hour if hour is None else hour, day)
 
     def rows(self, window_s: float) -> tuple[Row, ...]:
@@ -77,10 +80,10 @@ class Ledger:
         return Totals(
             sum(r[ROUNDS] for r in inside),
             sum(r[TOKENS] for r in inside),
-            round(sum(r[COST] for r in inside), 6),
+            sum(r[COST] for r in inside) / MICRO,
         )
 
-    def to_state(self) -> dict[str, list[list[float]]]:
+    def to_state(self) -> dict[str, list[list[int]]]:
         return {"hour": _encoded(self.hour), "day": _encoded(self.day)}
 
     @classmethod
@@ -100,16 +103,19 @@ def check(ledger: Ledger, caps: BudgetConfig, now: float) -> BudgetWait | None:
         limit = getattr(caps, name)
         if limit is None:
             continue
+        scale = MICRO if column == COST else 1
+        units = round(limit * scale)  # the cap in the column's whole units
         inside = _inside(ledger.rows(window_s), now, window_s)
         used = sum(row[column] for row in inside)
-        if used < limit:
+        if used < units:
             continue
         # The oldest rows leave the window first: wait until enough of them have gone.
         left = used
         for row in inside:
             left -= row[column]
-            if left < limit:
-                waits.append(BudgetWait(name, round(used, 6), limit, min(row[0], now) + window_s))
+            if left < units:
+                until = min(row[0], now) + window_s
+                waits.append(BudgetWait(name, used / scale, limit, until))
                 break
     return max(waits, key=lambda w: w.until, default=None)
 
@@ -131,16 +137,16 @@ def ledger_from_events(events: Iterable[Mapping[str, Any]], now: float) -> Ledge
             continue
         at = min(at, now)  # logged by a clock since set back: inside, as in `_inside`
         if event.get("event") == "round_start":
-            entries.append((at, 1, 0, 0.0))
+            entries.append((at, 1, 0, 0))
         elif event.get("event") == "agent_usage_recorded":
             tokens, cost = usage_amounts(
                 _int(event.get("input_tokens")),
                 _int(event.get("output_tokens")),
                 _number(event.get("cost_usd")),
             )
-            entries.append((at, 0, tokens, cost))
+            entries.append((at, 0, tokens, _micro(cost)))
     entries.sort(key=lambda e: e[0])
-    rounds_only = [(at, rounds, 0, 0.0) for at, rounds, _, _ in entries if rounds]
+    rounds_only = [(at, rounds, 0, 0) for at, rounds, _, _ in entries if rounds]
     return Ledger(
         _grouped(rounds_only, MINUTE_S, HOUR_S, now), _grouped(entries, SPAN_S, DAY_S, now)
     )
@@ -151,13 +157,9 @@ def _grouped(entries: list[Row], width_s: float, window_s: float, now: float) ->
     rows: dict[float, Row] = {}
     for at, rounds, tokens, cost in entries:
         slot = at // width_s
-        old = rows.get(slot, (at, 0, 0, 0.0))
+        old = rows.get(slot, (at, 0, 0, 0))
         rows[slot] = (max(old[0], at), old[1] + rounds, old[2] + tokens, old[3] + cost)
-    return tuple(
-        (at, rounds, tokens, round(cost, 6))
-        for at, rounds, tokens, cost in rows.values()
-        if at > now - window_s
-    )
+    return tuple(row for row in rows.values() if row[0] > now - window_s)
 
 
 def _add(
@@ -174,14 +176,14 @@ def _add(
             max(last[0], now),
             last[ROUNDS] + entry[ROUNDS],
             last[TOKENS] + entry[TOKENS],
-            round(float(last[COST] + entry[COST]), 6),
+            last[COST] + entry[COST],
         )
     else:
-        kept.append((now, entry[ROUNDS], entry[TOKENS], round(float(entry[COST]), 6)))
+        kept.append(entry)
     return tuple(kept)
 
 
-def _encoded(rows: tuple[Row, ...]) -> list[list[float]]:
+def _encoded(rows: tuple[Row, ...]) -> list[list[int]]:
     # Whole seconds, rounded up (a row never leaves early): half the time to encode.
     return [[math.ceil(at), rounds, tokens, cost] for at, rounds, tokens, cost in rows]
 
@@ -200,15 +202,19 @@ def _rows(raw: Any, most: int) -> tuple[Row, ...] | None:
         if not (isinstance(item, list) and len(item) == 4):
             return None
         at, rounds, tokens, cost = item
-        if not (_amount(at) and _amount(cost) and _count(rounds) and _count(tokens)):
+        if not (_moment(at) and _count(rounds) and _count(tokens) and _count(cost)):
             return None
-        rows.append((float(at), rounds, tokens, float(cost)))
+        rows.append((float(at), rounds, tokens, cost))
     if any(a[0] > b[0] for a, b in itertools.pairwise(rows)):
         return None
     return tuple(rows)
 
 
-def _amount(value: Any) -> bool:
+def _micro(cost_usd: float) -> int:
+    return max(0, round(cost_usd * MICRO))
+
+
+def _moment(value: Any) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)

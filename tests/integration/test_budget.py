@@ -100,7 +100,7 @@ def test_the_wait_ends_when_the_window_has_room_again(project: Project) -> None:
     spent_at = time.time() - DAY_S + 3
     project.log_dir.mkdir()
     (project.log_dir / "state.json").write_text(
-        json.dumps({"budget": {"hour": [], "day": [[spent_at, 1, 0, 1.0]]}})
+        json.dumps({"budget": {"hour": [], "day": [[spent_at, 1, 0, 1_000_000]]}})
     )
     project.write_config(
         agent("reports_usage.py", "0.01", "10", "10"),
