@@ -33,6 +33,15 @@ PATH_MAX = 4096  # Linux, including the terminating NUL
 NAME_MAX = 255  # bytes in one path component
 SHOWN_CHARS = 120  # longest value or key an error message repeats
 MAX_PROMPT_BYTES = 8 * 1024 * 1024  # per file; an agent's prompt, not a data set
+# The events after which serve exits 69 (gives up): what an operator must hear about.
+GIVE_UP_KINDS = (
+    "crash_loop",
+    "stalled_no_progress",
+    "auth_failed",
+    "setup_failed",
+    "internal_error_loop",
+    "work_tree_changed",
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_cost_usd_per_day": Key("number", None, 0.01, 10**9),
         "max_tokens_per_day": Key("int", None, 1, 10**15),
         "max_rounds_per_hour": Key("int", None, 1, 10**6),
+    },
+    "notify": {
+        "command": Key("str_list", []),
+        "on": Key("str_list", list(GIVE_UP_KINDS)),
     },
     "plugins": {
         "disable": Key("str_list", []),
@@ -174,6 +187,14 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """The operator's notification command (empty: none) and the event kinds it hears."""
+
+    command: tuple[str, ...]
+    on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PluginsConfig:
     disable: tuple[str, ...]
     sandbox: Literal["require", "prefer", "off"]
@@ -196,6 +217,7 @@ class Config:
     vcs: VcsConfig
     plugins: PluginsConfig
     budget: BudgetConfig
+    notify: NotifyConfig
     schema_version: int = field(default=SCHEMA_VERSION)
 
 
@@ -311,6 +333,7 @@ class _Parser:
             vcs=self.vcs(tables["vcs"]),
             plugins=self.plugins(tables["plugins"]),
             budget=self.budget(tables["budget"]),
+            notify=NotifyConfig(tuple(tables["notify"]["command"]), tuple(tables["notify"]["on"])),
         )
 
     def table(self, name: str, raw: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -175,6 +176,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("plugin_spawn_decision", "hook action defer_s reason", "a spawn hook's decision"),
     ("plugin_spawn_override_ignored", "hook action", "a defer/skip from a plugin not allowed to"),
     ("sandbox_server_restarted", "reason restarts", "the plugin fork server died; restarted"),
+    (
+        "notify_failed",
+        "about reason",
+        "[notify] command failed for an event of kind `about`: not started, exit status, timeout",
+    ),
 )
 
 _SECRET_PATTERNS = (
@@ -270,6 +276,10 @@ class EventLog:
         self.log_dir = log_dir
         self.clock = clock
         self.echo = echo
+        # Called with each line after it is written (the operator's notifications); never raises.
+        self.tap: Callable[[str], None] | None = None
+        # Reentrant: a tap may emit (a notification that could not start) from inside `emit`.
+        self._lock = threading.RLock()
         self.plugin_kinds: set[str] = set()
         self._fd: int | None = None
         self._month = ""
@@ -297,8 +307,12 @@ class EventLog:
         self.plugin_kinds.update(f"{plugin}.{kind}" for kind in kinds)
 
     def emit(self, kind: str, **fields: Any) -> None:
-        """Write one event; an unknown kind or a missing field raises ValueError (a bug)."""
-        self._logger.msg(kind, **fields)
+        """Write one event; an unknown kind or a missing field raises ValueError (a bug).
+
+        Safe from any thread: notifications report their failures from their own.
+        """
+        with self._lock:
+            self._logger.msg(kind, **fields)
 
     def msg(self, line: str) -> None:
         """structlog's sink: write one rendered line."""
@@ -323,6 +337,8 @@ class EventLog:
             except (OSError, ValueError):
                 # A closed console (`serve | head`, a vanished terminal) must not stop the loop.
                 self.echo = None
+        if self.tap is not None:
+            self.tap(line)
 
     def _stamp(self, _logger: Any, _method: str, event_dict: EventDict) -> EventDict:
         kind = event_dict.pop("event")

@@ -18,7 +18,12 @@ from agent_runner.observe.peek import budget_report
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.supervisor.boot import check_log_dir, find_agent_program
+from agent_runner.supervisor.boot import (
+    check_log_dir,
+    check_notify,
+    find_agent_program,
+    find_notify_program,
+)
 from agent_runner.supervisor.instance import read_holder
 from agent_runner.supervisor.state import read_state
 from agent_runner.systemd.state import unit_drift, unit_state
@@ -54,6 +59,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _log_dir,
         _silence_watchdog,
         _spend_caps,
+        _notify,
         _serve_running,
         _systemd_unit,
     ]
@@ -290,6 +296,38 @@ def _spend_caps(config: Config) -> Iterator[Check]:
         )
         return
     yield Check("spend caps", "ok", f"{listed}; {used}")
+
+
+def _notify(config: Config) -> Iterator[Check]:
+    notify = config.notify
+    if not notify.command:
+        yield Check("notify", "ok", "off ([notify] command not set)")
+        return
+    try:
+        check_notify(config)
+    except ConfigError as exc:
+        yield Check("notify", "FAIL", str(exc).split(": ", 1)[-1], "fix [notify] command or on")
+        return
+    found = find_notify_program(config)
+    detail = f"{notify.command[0]} -> {found}, on {', '.join(notify.on) or 'nothing'}"
+    if found is not None and Path(found).resolve().is_relative_to(config.runtime.work_dir):
+        yield Check(
+            "notify",
+            "warn",
+            f"{detail}: it lives in work_dir, which the agent can rewrite (it runs unconfined)",
+            "keep the notify command outside work_dir",
+        )
+        return
+    last = (read_state(config.runtime.log_dir).get("notify") or {}).get("last")
+    if isinstance(last, dict) and last.get("ok") is False:
+        yield Check(
+            "notify",
+            "warn",
+            f"{detail}; its last run failed: {last.get('reason')}",
+            "run it by hand with an event on stdin: `agent-runner events --json | tail -1 | CMD`",
+        )
+        return
+    yield Check("notify", "ok", detail)
 
 
 def _systemd_unit(config: Config) -> Iterator[Check]:

@@ -84,6 +84,7 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
             },
         },
         "budget": budget_report(config, state, running=running, now=now),
+        "notify": _notify_report(config, state.get("notify")),
         "plugins": state.get("plugins", []),
         "sandbox": state.get("sandbox"),
         "events": tail_events(log_dir, events) if events else [],
@@ -113,6 +114,22 @@ def budget_report(
         "last_hour": {"rounds": hour.rounds},
         "waiting": waiting,
     }
+
+
+def _notify_report(config: Config, kept: Any) -> dict[str, Any]:
+    """The configured command and kinds; how serve's runs of it went (state.json)."""
+    kept = kept if isinstance(kept, dict) else {}
+    counts = {k: kept.get(k) if type(kept.get(k)) is int else 0 for k in _NOTIFY_COUNTS}
+    last = kept.get("last")
+    return {
+        "command": list(config.notify.command),
+        "on": list(config.notify.on),
+        **counts,
+        "last": last if isinstance(last, dict) else None,
+    }
+
+
+_NOTIFY_COUNTS = ("sent", "failed", "rate_limited")
 
 
 def _silent_s(transcript: Path, now: float) -> float | None:
@@ -194,6 +211,7 @@ def render_peek(snap: dict[str, Any]) -> str:
     if backoff["active"]:
         lines.append(f"back-off    {backoff['classification']}, {backoff['remaining_s']}s left")
     lines.append(f"budget      {_budget_line(snap['budget'])}")
+    lines.append(f"notify      {_notify_line(snap['notify'])}")
     breakers = ", ".join(
         f"{name} {b['count']}/{b['limit']}" for name, b in snap["breakers"].items()
     )
@@ -214,6 +232,19 @@ def _secured_note(last: dict[str, Any]) -> str:
         return ""
     done = {"stash": "stashed", "commit": "committed", "failed": "stashed (tree not cleaned)"}
     return f", work {done[action]} as {ref[:12]} (`agent-runner rescue`)"
+
+
+def _notify_line(report: dict[str, Any]) -> str:
+    if not report["command"]:
+        return "off ([notify] command not set)"
+    text = (
+        f"{report['command'][0]} on {', '.join(report['on']) or 'nothing'}: {report['sent']} sent,"
+        f" {report['failed']} failed, {report['rate_limited']} rate-limited"
+    )
+    last = report["last"]
+    if last and not last.get("ok"):
+        text += f" (last failure: {last.get('about') or last.get('kind')}: {last.get('reason')})"
+    return text
 
 
 def _budget_line(report: dict[str, Any]) -> str:

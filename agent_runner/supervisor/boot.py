@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any
 from agent_runner import vcs
 from agent_runner.config import Config, read_prompt
 from agent_runner.errors import ConfigError, GitError
-from agent_runner.events import Emit
+from agent_runner.events import REGISTRY, Emit
 from agent_runner.parsers import PARSER_NAMES
 from agent_runner.plugins import discovery
 from agent_runner.plugins.admission import admit
@@ -43,6 +44,36 @@ def check_runnable(config: Config) -> None:
             f"builtin parsers: {', '.join(sorted(PARSER_NAMES))} (a plugin cannot be the parser "
             "in this version)"
         )
+    check_notify(config)
+
+
+def check_notify(config: Config) -> None:
+    """`[notify]`: a command that can be started, and kinds of events that exist."""
+    where, notify = config.path, config.notify
+    if notify.command and find_notify_program(config) is None:
+        raise ConfigError(
+            f"{where}: notify.command: {notify.command[0]!r} is not an executable"
+            + (" on PATH" if "/" not in notify.command[0] else "")
+        )
+    for i, kind in enumerate(notify.on):
+        if kind == "notify_failed":
+            raise ConfigError(
+                f"{where}: notify.on[{i}]: notify_failed cannot be notified (a failing command"
+                " would be asked to report its own failure)"
+            )
+        if kind not in REGISTRY and "." not in kind:  # "<plugin>.<kind>": known at admission
+            close = difflib.get_close_matches(kind, list(REGISTRY), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: notify.on[{i}]: {kind!r} is not an event kind{hint}")
+
+
+def find_notify_program(config: Config) -> str | None:
+    """Where `[notify] command` starts; a relative path is the config folder's (its cwd)."""
+    program = config.notify.command[0]
+    if "/" in program:
+        candidate = config.path.parent / program
+        return str(candidate) if os.access(candidate, os.X_OK) and candidate.is_file() else None
+    return shutil.which(program)
 
 
 def check_log_dir(config: Config) -> None:

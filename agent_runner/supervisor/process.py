@@ -1,4 +1,5 @@
-"""Run one agent in its own session, wait on it without polling, and bring its group down.
+"""Run one agent in its own session, wait on it without polling, and bring its group down;
+and the short helper commands serve runs beside it (the operator's `[notify] command`).
 
 What escapes the group (setsid, double fork) is `strays.py`'s business.
 """
@@ -17,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from agent_runner.errors import AgentRunnerError
 from agent_runner.supervisor.strays import process_start_ticks
@@ -190,6 +191,119 @@ class AgentProcess:
     def _signal_group(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, signum)
+
+
+@dataclass(frozen=True)
+class HelperResult:
+    """How a helper command ended, with the start of what it printed."""
+
+    exit_code: int | None
+    signal: str | None
+    output: bytes  # stdout and stderr together, at most the `max_output` asked for
+    timed_out: bool
+
+
+class HelperCommand:
+    """A short command in its own session: fed its stdin, its output capped, its group killed
+    once it exits or at the deadline. `finish` blocks, so it runs on a thread of its own."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int, stdin_data: bytes) -> None:
+        self._popen = popen
+        self._pidfd = pidfd
+        self._stdin_data = stdin_data
+        self.pid = popen.pid
+
+    @classmethod
+    def start(
+        cls, argv: Sequence[str], *, stdin_data: bytes, cwd: Path, env: Mapping[str, str]
+    ) -> HelperCommand:
+        """Start `argv`; SpawnError (with the reason) when it cannot be started."""
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except (OSError, ValueError) as exc:
+            raise SpawnError(_describe_spawn_failure(argv, cwd, exc)) from exc
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError as exc:
+            _abandon(popen, -1)
+            raise SpawnError(f"cannot watch {argv[0]!r}: pidfd_open: {exc.strerror}") from exc
+        return cls(popen, pidfd, stdin_data)
+
+    def finish(self, timeout_s: float, max_output: int) -> HelperResult:
+        """Feed stdin, read output, wait for the exit or the deadline; kill the group, reap."""
+        proc = self._popen
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdin.fileno(), False)
+        os.set_blocking(proc.stdout.fileno(), False)
+        pending, kept = memoryview(self._stdin_data), bytearray()
+        deadline = time.monotonic() + timeout_s
+        exited = False
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+            selector.register(proc.stdout, selectors.EVENT_READ, "output")
+            selector.register(proc.stdin, selectors.EVENT_WRITE, "input")
+            while not exited and (remaining := deadline - time.monotonic()) > 0:
+                for key, _ in selector.select(remaining):
+                    if key.data == "exit":
+                        exited = True
+                    elif key.data == "output" and not _read_into(proc.stdout, kept, max_output):
+                        selector.unregister(proc.stdout)
+                    elif key.data == "input":
+                        pending = _write_from(proc.stdin.fileno(), pending)
+                        if not pending:
+                            selector.unregister(proc.stdin)
+                            proc.stdin.close()
+        # What it started in its group goes with it, at its exit as at the deadline: a
+        # helper's work is done when it exits.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        _, status = os.waitpid(self.pid, 0)
+        # Popen must never waitpid this pid again: by then it may belong to someone else.
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        os.close(self._pidfd)
+        # What is still in the pipe; BlockingIOError: something that left the group holds it.
+        with contextlib.suppress(OSError):
+            while chunk := os.read(proc.stdout.fileno(), 65536):
+                kept += chunk[: max(0, max_output - len(kept))]
+        proc.stdin.close()
+        proc.stdout.close()
+        name = _signal_name(-code) if code < 0 else None
+        return HelperResult(None if code < 0 else code, name, bytes(kept), not exited)
+
+
+def _write_from(fd: int, pending: memoryview) -> memoryview:
+    """Write what the pipe takes now; an empty view once all is written or the reader left."""
+    try:
+        while pending:
+            pending = pending[os.write(fd, pending) :]
+    except BlockingIOError:
+        return pending
+    except OSError:
+        return pending[:0]  # it closed its stdin or died: what it did not read it did not want
+    return pending
+
+
+def _read_into(pipe: IO[bytes], kept: bytearray, max_output: int) -> bool:
+    """Read what the pipe holds now into `kept` (up to `max_output`); False at EOF."""
+    try:
+        chunk = os.read(pipe.fileno(), 65536)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    # Beyond the cap it is read and dropped, so a chatty helper never blocks on us.
+    kept += chunk[: max(0, max_output - len(kept))]
+    return bool(chunk)
 
 
 def _open_transcript(path: Path) -> int:

@@ -11,7 +11,10 @@ from agent_runner.supervisor.boot import check_runnable
 
 # These only take effect when serve restarts: they decide which process, lock and logs we own.
 RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir")
-SECTIONS = ("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "budget", "plugins")
+SECTIONS = (
+    *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "budget", "notify"),
+    "plugins",
+)
 
 
 class ConfigWatcher:

@@ -22,6 +22,7 @@ from agent_runner.supervisor import budget
 from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
 from agent_runner.supervisor.instance import InstanceLock
 from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
+from agent_runner.supervisor.notify import Notifications
 from agent_runner.supervisor.policy import (
     Decision,
     Limits,
@@ -58,6 +59,8 @@ def run_serve(
 ) -> ExitCode:
     """Run the loop until a stop, max_rounds or a breaker; return the exit code."""
     events = EventLog(config.runtime.log_dir, clock=clock, echo=echo or _console)
+    notify = Notifications.for_config(config, events.emit)
+    events.tap = notify.offer
     with InstanceLock(config.runtime.log_dir):
         try:
             check_boot(config)
@@ -67,9 +70,10 @@ def run_serve(
         stop = StopControl(config.runtime.stop_mode, config.runtime.stop_file, events.emit)
         stop.install()
         try:
-            return Serve(config, events, stop, clock, max_rounds).run()
+            return Serve(config, events, stop, clock, max_rounds, notify=notify).run()
         finally:
             stop.uninstall()
+            notify.drain()  # after a crash too: what was started gets its few seconds
             events.close()
 
 
@@ -95,6 +99,7 @@ class Serve:
     hooks: Hooks | None = None  # set once plugins are admitted
     pinned: vcs.TreeIdentity | None = None
     spend: budget.Ledger = field(default_factory=budget.Ledger)
+    notify: Notifications | None = None
     _budget_shown: budget.BudgetWait | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
@@ -226,6 +231,8 @@ class Serve:
     def _reload(self, watcher: ConfigWatcher) -> None:
         """The config for the next round, applied to what serve holds besides it."""
         self.config = watcher.refresh()
+        if self.notify is not None:
+            self.notify.configure(self.config.notify)
         self.stop.default_mode = self.config.runtime.stop_mode
         self.stop.stop_file = self.config.runtime.stop_file
 
@@ -334,7 +341,7 @@ class Serve:
             pinned=self.pinned,
             tick=self._round_tick,
             tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
-            keep_pids=self.hooks.helper_pids,
+            keep_pids=self._helper_pids,
             decide_dirty=dirty_decider(self.hooks, self.config),
         )
         # HEAD as the last round left it: the only process between rounds is this one.
@@ -360,6 +367,12 @@ class Serve:
             self.spend = self.spend.record(self.clock.now(), tokens=tokens, cost_usd=cost)
         self.last_summary = result.summary()
         return result
+
+    def _helper_pids(self) -> tuple[int, ...]:
+        """serve's own helpers (the plugin fork server, notifications): never leftovers."""
+        hooks = self.hooks.helper_pids() if self.hooks is not None else ()
+        notes = self.notify.running_pids() if self.notify is not None else ()
+        return (*hooks, *notes)
 
     def _on_spawn(self, number: int, agent: AgentProcess) -> None:
         self._save(
@@ -422,6 +435,8 @@ class Serve:
         self.notifier.send(STATUS=reason)
         self._note_stop()
         self.events.emit("serve_stop", reason=reason, rounds=self.rounds_run)
+        if self.notify is not None:
+            self.notify.drain()  # a give-up's notification must get out before serve does
         self._save("stopped", reason=reason)
         self.notifier.close()
         return code
@@ -481,6 +496,8 @@ class Serve:
         if self.hooks is not None:
             self._state["plugins"] = self.hooks.state()
         self._state["budget"] = self.spend.to_state()
+        if self.notify is not None:
+            self._state["notify"] = self.notify.state()
         self._watchdog()
         try:
             write_state(self.config.runtime.log_dir, self._state)

@@ -44,6 +44,7 @@ _SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
     "plugins": ((list,), ()),
     "phase_detail": ((dict,), ()),
     "budget": ((dict,), ("hour", "day")),
+    "notify": ((dict,), ()),
 }
 
 

@@ -289,7 +289,7 @@ def test_prompt_files_are_concatenated_and_must_be_non_empty(tmp_path: Path) -> 
 def test_schema_covers_every_table_of_the_spec() -> None:
     assert set(SCHEMA) == {
         *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "plugins"),
-        "budget",  # SPEC §14
+        *("budget", "notify"),  # SPEC §14
     }
 
 
