@@ -137,9 +137,21 @@ def events(
 
 @cli.command()
 @json_option
+@click.option(
+    "--all", "every", is_flag=True, help="Every project on this host, from its state files."
+)
 @config_option
-def status(as_json: bool, config_path: Path | None) -> None:
-    """Is serve running, and since when."""
+def status(as_json: bool, every: bool, config_path: Path | None) -> None:
+    """Is serve running, and since when; with --all, for every project on this host."""
+    if every:
+        from agent_runner.observe.host import host_report, render_host
+
+        host = host_report()
+        if as_json:
+            print_json(host)
+        else:
+            click.echo(render_host(host))
+        return
     from agent_runner.observe.peek import render_status, status_report
     from agent_runner.systemd.state import unit_state
 

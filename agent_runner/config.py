@@ -296,13 +296,17 @@ def read_prompt(config: Config) -> bytes:
     return b"\n".join(parts)
 
 
+def state_home() -> Path:
+    """`$XDG_STATE_HOME`, or `~/.local/state`."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+
+
 def default_log_dir(work_dir: Path) -> Path:
     """`$XDG_STATE_HOME/agent-runner/<name>-<8 hex of the absolute work_dir>`."""
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     digest = hashlib.sha256(os.fsencode(work_dir)).hexdigest()[:8]
     # The name is shortened so that name and digest fit in one path component.
     name = (work_dir.name or "root")[: NAME_MAX // 2]
-    return Path(state_home) / "agent-runner" / f"{name}-{digest}"
+    return state_home() / "agent-runner" / f"{name}-{digest}"
 
 
 class _Parser:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable, GitError
+from agent_runner.observe.host import host_report
 from agent_runner.observe.peek import budget_report
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
@@ -61,6 +62,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _spend_caps,
         _notify,
         _serve_running,
+        _host,
         _systemd_unit,
     ]
     if sandbox:
@@ -328,6 +330,34 @@ def _notify(config: Config) -> Iterator[Check]:
         )
         return
     yield Check("notify", "ok", detail)
+
+
+def _host(config: Config) -> Iterator[Check]:
+    report = host_report()
+    projects = report["projects"]
+    mine = str(config.runtime.log_dir)
+    same_tree = [
+        p
+        for p in projects
+        if p["running"] and p["log_dir"] != mine and p["work_dir"] == str(config.runtime.work_dir)
+    ]
+    if same_tree:
+        other = same_tree[0]
+        yield Check(
+            "projects on this host",
+            "FAIL",
+            f"another serve (pid {other['pid']}, log_dir {other['log_dir']}) runs in this"
+            " work_dir: two agents would share one tree",
+            "stop it, or give the projects different work_dirs",
+        )
+        return
+    running = sum(p["running"] for p in projects)
+    yield Check(
+        "projects on this host",
+        "ok",
+        f"{len(projects)} with state under {report['state_home']} or installed, {running}"
+        " running: `agent-runner status --all`",
+    )
 
 
 def _systemd_unit(config: Config) -> Iterator[Check]:

@@ -9,7 +9,6 @@ as the CLI reported them; nothing is computed.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ MAX_ROWS = {HOUR_S: int(HOUR_S // MINUTE_S) + 2, DAY_S: int(DAY_S // SPAN_S) + 2
 # whole numbers, so adding up and taking away never drifts.
 Row = tuple[float, int, int, int]
 MICRO = 1_000_000
+COLUMNS = ("at", "rounds", "tokens", "cost_micro_usd")  # as state.json holds them
 ROUNDS: Final = 1
 TOKENS: Final = 2
 COST: Final = 3
@@ -76,14 +76,13 @@ class Ledger:
 
     def totals(self, now: float, window_s: float) -> Totals:
         """What the window ending at `now` holds (an hour's window holds rounds only)."""
-        inside = _inside(self.rows(window_s), now, window_s)
-        return Totals(
-            sum(r[ROUNDS] for r in inside),
-            sum(r[TOKENS] for r in inside),
-            sum(r[COST] for r in inside) / MICRO,
-        )
+        return _totals(_inside(self.rows(window_s), now, window_s))
 
-    def to_state(self) -> dict[str, list[list[int]]]:
+    def since(self, moment: float) -> Totals:
+        """What the day's rows recorded after `moment` (at most five minutes early)."""
+        return _totals(tuple(row for row in self.day if row[0] > moment))
+
+    def to_state(self) -> dict[str, dict[str, list[int]]]:
         return {"hour": _encoded(self.hour), "day": _encoded(self.day)}
 
     @classmethod
@@ -183,9 +182,23 @@ def _add(
     return tuple(kept)
 
 
-def _encoded(rows: tuple[Row, ...]) -> list[list[int]]:
-    # Whole seconds, rounded up (a row never leaves early): half the time to encode.
-    return [[math.ceil(at), rounds, tokens, cost] for at, rounds, tokens, cost in rows]
+def _totals(rows: tuple[Row, ...]) -> Totals:
+    return Totals(
+        sum(r[ROUNDS] for r in rows),
+        sum(r[TOKENS] for r in rows),
+        sum(r[COST] for r in rows) / MICRO,
+    )
+
+
+def _encoded(rows: tuple[Row, ...]) -> dict[str, list[int]]:
+    # Whole seconds, rounded up (a row never leaves early); columns of integers encode fast.
+    at, rounds, tokens, cost = COLUMNS
+    return {
+        at: [math.ceil(row[0]) for row in rows],
+        rounds: [row[ROUNDS] for row in rows],
+        tokens: [row[TOKENS] for row in rows],
+        cost: [row[COST] for row in rows],
+    }
 
 
 def _inside(rows: tuple[Row, ...], now: float, window_s: float) -> tuple[Row, ...]:
@@ -195,36 +208,26 @@ def _inside(rows: tuple[Row, ...], now: float, window_s: float) -> tuple[Row, ..
 
 
 def _rows(raw: Any, most: int) -> tuple[Row, ...] | None:
-    if not isinstance(raw, list) or len(raw) > most:
+    if not isinstance(raw, dict):
         return None
-    rows: list[Row] = []
-    for item in raw:
-        if not (isinstance(item, list) and len(item) == 4):
-            return None
-        at, rounds, tokens, cost = item
-        if not (_moment(at) and _count(rounds) and _count(tokens) and _count(cost)):
-            return None
-        rows.append((float(at), rounds, tokens, cost))
-    if any(a[0] > b[0] for a, b in itertools.pairwise(rows)):
+    columns = [column for name in COLUMNS if isinstance(column := raw.get(name), list)]
+    if len(columns) != len(COLUMNS):
         return None
-    return tuple(rows)
+    count = len(columns[0])
+    if count > most or any(len(column) != count for column in columns):
+        return None
+    # Whole columns at a time (no Python work per number): status --all reads a hundred.
+    for column in columns:
+        if not set(map(type, column)) <= {int} or (column and min(column) < 0):
+            return None
+    moments = columns[0]
+    if moments != sorted(moments):
+        return None
+    return tuple(zip(map(float, moments), columns[1], columns[2], columns[3], strict=True))
 
 
 def _micro(cost_usd: float) -> int:
     return max(0, round(cost_usd * MICRO))
-
-
-def _moment(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and value >= 0
 
 
 def _int(value: Any) -> int | None:

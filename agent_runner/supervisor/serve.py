@@ -159,6 +159,11 @@ class Serve:
                 "version": __version__,
             },
             "last_round": previous.get("last_round"),
+            # Who this log_dir belongs to, for `status --all`.
+            "project": {
+                "work_dir": str(self.config.runtime.work_dir),
+                "config": str(self.config.path),
+            },
             "sandbox": None,
             "plugins": [],
         }

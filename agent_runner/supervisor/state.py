@@ -43,8 +43,9 @@ _SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
     "sandbox": ((dict, type(None)), ("tier", "landlock_abi")),
     "plugins": ((list,), ()),
     "phase_detail": ((dict,), ()),
-    "budget": ((dict,), ("hour", "day")),
+    "budget": ((dict,), ()),  # checked whole by Ledger.from_state
     "notify": ((dict,), ()),
+    "project": ((dict,), ()),
 }
 
 
@@ -101,7 +102,8 @@ def state_problem(state: Any) -> str | None:
     """Why `state` is not something serve wrote, or None."""
     if not isinstance(state, dict):
         return f"not a JSON object but {type(state).__name__}"
-    if _depth(state) > MAX_STATE_DEPTH:
+    # The spend ledger's shape is checked whole below, not number by number.
+    if _depth({k: v for k, v in state.items() if k != "budget"}) > MAX_STATE_DEPTH:
         return f"nested deeper than {MAX_STATE_DEPTH} levels"
     for key, (types, required) in _SECTIONS.items():
         if key not in state:
@@ -112,8 +114,14 @@ def state_problem(state: Any) -> str | None:
         missing = [name for name in required if isinstance(value, dict) and name not in value]
         if missing:
             return f"{key} has no {missing[0]}"
+    return _contents_problem(state)
+
+
+def _contents_problem(state: dict[str, Any]) -> str | None:
     if "loop" in state and not _loop_valid(state["loop"]):
         return "loop holds counters that are not what serve writes"
+    if "budget" in state and Ledger.from_state(state["budget"]) is None:
+        return "budget holds a ledger that is not what serve writes"
     return None
 
 

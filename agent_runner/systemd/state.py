@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.errors import SystemdError
 from agent_runner.systemd.install import Account, Layout, desired_files, project_dir
-from agent_runner.systemd.names import unit_name
+from agent_runner.systemd.names import PREFIX, unescape_path, unit_name
 from agent_runner.systemd.systemctl import Systemctl
-from agent_runner.systemd.unit import SCOPES, Scope
+from agent_runner.systemd.unit import DROPIN, SCOPES, Scope
+
+MAX_INSTANCES = 10_000  # per manager; a folder holding more is not agent-runner's doing
 
 
 def installed_scope(config: Config) -> Scope | None:
@@ -23,6 +26,30 @@ def installed_scope(config: Config) -> Scope | None:
         if Layout.for_scope(scope).dropin(unit).is_file():
             return scope
     return None
+
+
+def installed_instances() -> list[tuple[str, Scope, str]]:
+    """Every project `install` set up, read from the unit folders (no systemctl): its unit
+    name, its manager, and the project folder the name stands for."""
+    found = []
+    for scope in SCOPES:
+        folder = Layout.for_scope(scope).unit_dir
+        try:
+            entries = [e.name for e in os.scandir(folder)][:MAX_INSTANCES]
+        except OSError:
+            continue
+        for name in sorted(entries):
+            unit = name.removesuffix(".d")
+            if not (name.endswith(".service.d") and unit.startswith(f"{PREFIX}@")):
+                continue
+            if unit == f"{PREFIX}@.service" or not (folder / name / DROPIN).is_file():
+                continue
+            try:
+                project = unescape_path(unit.removeprefix(f"{PREFIX}@").removesuffix(".service"))
+            except SystemdError:
+                continue
+            found.append((unit, scope, project))
+    return found
 
 
 def unit_state(config: Config) -> dict[str, Any] | None:

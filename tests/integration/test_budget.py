@@ -5,6 +5,7 @@ or a raised cap ends the wait."""
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
 
@@ -97,11 +98,11 @@ def test_a_tokens_cap_counts_input_and_output_tokens(project: Project) -> None:
 
 def test_the_wait_ends_when_the_window_has_room_again(project: Project) -> None:
     # Yesterday's spend, recorded 3 s short of a day ago: the cap frees up 3 s from now.
-    spent_at = time.time() - DAY_S + 3
+    spent_at = math.ceil(time.time() - DAY_S + 3)
+    day = {"at": [spent_at], "rounds": [1], "tokens": [0], "cost_micro_usd": [1_000_000]}
+    hour = {"at": [], "rounds": [], "tokens": [], "cost_micro_usd": []}
     project.log_dir.mkdir()
-    (project.log_dir / "state.json").write_text(
-        json.dumps({"budget": {"hour": [], "day": [[spent_at, 1, 0, 1_000_000]]}})
-    )
+    (project.log_dir / "state.json").write_text(json.dumps({"budget": {"hour": hour, "day": day}}))
     project.write_config(
         agent("reports_usage.py", "0.01", "10", "10"),
         budget={"max_cost_usd_per_day": 0.5},

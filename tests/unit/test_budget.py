@@ -30,6 +30,10 @@ def caps(cost: float | None = None, tokens: int | None = None, rounds: int | Non
     return BudgetConfig(cost, tokens, rounds)
 
 
+def columns(at: list, rounds: list, tokens: list, cost: list) -> dict[str, list]:
+    return {"at": at, "rounds": rounds, "tokens": tokens, "cost_micro_usd": cost}
+
+
 def test_no_caps_never_wait() -> None:
     clock = FakeClock()
     ledger = Ledger()
@@ -152,18 +156,20 @@ def test_the_ledger_survives_state_json_and_refuses_what_serve_never_writes() ->
     ledger = ledger.record(clock.now() + 120, rounds=1)
     again = Ledger.from_state(json.loads(json.dumps(ledger.to_state())))
     assert again == ledger
+    empty = columns([], [], [], [])
     for damaged in (
         None,
         "x",
-        [[1.0, 1, 0, 0.0]],
-        {"hour": [], "day": [[1, 2, 3]]},
-        {"hour": [], "day": [[1.0, -1, 0, 0]]},
-        {"hour": [], "day": [[float("nan"), 1, 0, 0]]},
-        {"hour": [], "day": [[1.0, 1, 0, 0.5]]},  # costs are whole millionths
-        {"hour": [], "day": [[1.0, True, 0, 0]]},
-        {"hour": [], "day": [[2.0, 1, 0, 0], [1.0, 1, 0, 0]]},  # out of order
-        {"hour": [[1.0, 1, 0, 0]] * (MAX_ROWS[HOUR_S] + 1), "day": []},
-        {"day": []},
+        {"hour": [], "day": []},  # rows, not columns
+        {"hour": empty, "day": columns([1], [1, 2], [0], [0])},  # ragged
+        {"hour": empty, "day": columns([1], [-1], [0], [0])},
+        {"hour": empty, "day": columns([1.5], [1], [0], [0])},  # whole seconds only
+        {"hour": empty, "day": columns([1], [1], [0], [0.5])},  # whole millionths only
+        {"hour": empty, "day": columns([1], [True], [0], [0])},
+        {"hour": empty, "day": columns([2, 1], [1, 1], [0, 0], [0, 0])},  # out of order
+        {"hour": columns(*[[1] * (MAX_ROWS[HOUR_S] + 1)] * 4), "day": empty},
+        {"day": empty},
+        {"hour": empty, "day": {"at": [1], "rounds": [1], "tokens": [0]}},
     ):
         assert Ledger.from_state(damaged) is None
 
