@@ -60,9 +60,21 @@ def _state_folders(home: Path) -> list[Path]:
         if not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path)
-        if os.path.lexists(path / STATE_NAME) or os.path.lexists(path / PID_FILE):
+        if _holds_state(path):
             folders.append(path)
     return folders
+
+
+def _holds_state(folder: Path) -> bool:
+    for name in (STATE_NAME, PID_FILE):
+        try:
+            os.lstat(folder / name)
+        except PermissionError:
+            return True  # another account's: listed, with why it cannot be read
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def _unit_log_dir(project: Path) -> tuple[Path, str | None]:
