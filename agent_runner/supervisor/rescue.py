@@ -183,11 +183,14 @@ def _secured(
             changed = restore.changed_paths(repo, commit.parents[0], sha)
             files, count = [display_path(p) for p in changed[:20]], len(changed)
     at = entry.get("at")
+    cause = entry.get("exit_cause")
+    if cause is None and commit is not None and action == "stash":
+        cause = (restore.serve_stash_subject(commit.subject) or (0, None))[1]
     return Secured(
         sha=sha,
         round=entry["round"],
         action=action,
-        exit_cause=entry.get("exit_cause"),
+        exit_cause=cause,
         at=at if at is not None else (commit.time if commit else None),
         files=tuple(files or ()),
         count=count if count is not None else (len(files) if files is not None else None),

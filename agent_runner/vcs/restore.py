@@ -28,8 +28,13 @@ class StashEntry:
     @property
     def round_and_cause(self) -> tuple[int, str] | None:
         """(round, exit cause) when serve made this stash, from its message."""
-        match = _STASH_SUBJECT.match(self.subject)
-        return (int(match[1]), match[2]) if match else None
+        return serve_stash_subject(self.subject)
+
+
+def serve_stash_subject(subject: str) -> tuple[int, str] | None:
+    """(round, exit cause) from the subject of a stash serve made, else None."""
+    match = _STASH_SUBJECT.match(subject)
+    return (int(match[1]), match[2]) if match else None
 
 
 @dataclass(frozen=True)

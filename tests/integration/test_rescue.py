@@ -101,6 +101,8 @@ def test_work_nothing_keeps_any_more_is_flagged_then_shown_gone(project: Project
     git(work, "stash", "drop", "-q")
     [entry] = secured(project)  # from the event log: serve said it stashed it
     assert (entry["exists"], entry["reachable"], entry["kept_by"]) == (True, False, [])
+    # Without the ref's record, what git still has says what it was.
+    assert (entry["round"], entry["exit_cause"], entry["files"]) == (1, "error", ["lost.txt"])
     assert "the next `git gc` deletes it" in project.cli("rescue").stdout
     git(work, "reflog", "expire", "--expire=now", "--all")
     git(work, "gc", "-q", "--prune=now")
