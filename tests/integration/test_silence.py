@@ -36,10 +36,10 @@ def test_a_silent_agent_is_killed_as_a_failed_round_and_its_work_is_stashed(
 
 
 def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Project) -> None:
-    # Each line is followed by 2.5 s of silence, longer than the 1.5 s window, but each
+    # Each line is followed by 2 s of silence, longer than the 1.5 s window, but each
     # announces that wait the way Claude Code does before it waits on a rate limit.
     project.write_config(
-        agent("retries_quietly.py", "2.5", "3", "announce"),
+        agent("retries_quietly.py", "2", "2", "announce"),
         runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
     )
     done = project.cli("serve", timeout=60)
@@ -50,7 +50,7 @@ def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Proj
 
 def test_the_same_silences_without_an_announcement_are_killed(project: Project) -> None:
     project.write_config(
-        agent("retries_quietly.py", "2.5", "3", "plain"),
+        agent("retries_quietly.py", "2", "2", "plain"),
         runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
     )
     done = project.cli("serve", timeout=60)
@@ -60,7 +60,7 @@ def test_the_same_silences_without_an_announcement_are_killed(project: Project) 
 
 
 def test_output_keeps_a_round_alive_and_the_watchdog_is_off_by_default(project: Project) -> None:
-    project.write_config(agent("retries_quietly.py", "1", "3", "plain"), runtime={"max_rounds": 1})
+    project.write_config(agent("retries_quietly.py", "1", "2", "plain"), runtime={"max_rounds": 1})
     done = project.cli("serve", timeout=60)
     assert done.returncode == 0, done.stderr
     assert project.events("round_idle_kill") == []
