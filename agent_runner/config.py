@@ -67,6 +67,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "stop_mode": Key("str", "terminate", choices=("terminate", "finish_round")),
         "transcript_max_bytes": Key("int", 64 * 1024 * 1024, 64 * 1024, 2**40),
         "transcript_keep_rounds": Key("int", 200, 0, 10**9),
+        "round_cgroup": Key("str", "auto", choices=("auto", "off")),
     },
     "breakers": {
         "crash_loop_rounds": Key("int", 5, 1, 10_000),
@@ -128,6 +129,7 @@ class RuntimeConfig:
     stop_mode: Literal["terminate", "finish_round"]
     transcript_max_bytes: int
     transcript_keep_rounds: int
+    round_cgroup: Literal["auto", "off"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,7 @@ class _Parser:
             stop_mode=values["stop_mode"],
             transcript_max_bytes=values["transcript_max_bytes"],
             transcript_keep_rounds=values["transcript_keep_rounds"],
+            round_cgroup=values["round_cgroup"],
         )
 
     def backoff(self, values: dict[str, Any]) -> BackoffConfig:
