@@ -385,21 +385,21 @@ def plugins_pin(name: str, config_path: Path | None) -> None:
         click.echo(f"pinned {name} = {result.digest} in {result.path}")
 
 
-def run(args: list[str] | None = None) -> int:  # noqa: PLR0911 -- one return per error class
+def run(args: list[str] | None = None) -> int:
     """Run the CLI and turn every error into its one-line message and exit code."""
     try:
         result = cli.main(args, standalone_mode=False, prog_name="agent-runner")
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return ExitCode.FAILURE
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Only where the caller kept Python's SIGINT handler (the script resets it, see
+        # __main__.py): click turns Ctrl-C into Abort, which is no failure.
+        click.echo("agent-runner: interrupted", err=True)
+        return ExitCode.INTERRUPTED
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except AgentRunnerError as exc:
         click.echo(f"agent-runner: {exc}", err=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.FAILURE
     except Exception as exc:
@@ -415,7 +415,7 @@ def run(args: list[str] | None = None) -> int:  # noqa: PLR0911 -- one return pe
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the CLI and exit with its code (the script's entry point is __main__.main)."""
     for stream in (sys.stdout, sys.stderr):
         # Text read from files anyone can write (events, state, paths) may hold lone
         # surrogates: printing them must show an escape, never raise.

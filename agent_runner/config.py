@@ -77,6 +77,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "transcript_max_bytes": Key("int", 64 * 1024 * 1024, 64 * 1024, 2**40),
         "transcript_keep_rounds": Key("int", 200, 0, 10**9),
         "idle_timeout_s": Key("number", 0, 0, 7 * DAY_S),
+        "round_cgroup": Key("str", "auto", choices=("auto", "off")),
     },
     "breakers": {
         "crash_loop_rounds": Key("int", 5, 1, 10_000),
@@ -149,6 +150,7 @@ class RuntimeConfig:
     transcript_max_bytes: int
     transcript_keep_rounds: int
     idle_timeout_s: float  # 0: off
+    round_cgroup: Literal["auto", "off"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -484,6 +486,7 @@ class _Parser:
             transcript_max_bytes=values["transcript_max_bytes"],
             transcript_keep_rounds=values["transcript_keep_rounds"],
             idle_timeout_s=float(values["idle_timeout_s"]),
+            round_cgroup=values["round_cgroup"],
         )
 
     def backoff(self, values: dict[str, Any]) -> BackoffConfig:

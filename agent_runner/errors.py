@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     GAVE_UP = 69  # EX_UNAVAILABLE: a breaker tripped; restarting would burn quota
     LOCKED = 73  # EX_CANTCREAT: another serve holds the lock
     CONFIG = 78  # EX_CONFIG: bad config, or a required sandbox is not achievable
+    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C before serve took over its signals, or any command
 
 
 class AgentRunnerError(Exception):

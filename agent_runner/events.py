@@ -55,7 +55,11 @@ REGISTRY: dict[str, Kind] = _kinds(
     ),
     ("config_broken", "reason", "the config could not be loaded at boot"),
     ("round_start", "round", "a round begins (gates passed)"),
-    ("agent_spawn", "round pid pgid argv transcript", "the agent process was started"),
+    (
+        "agent_spawn",
+        "round pid pgid argv transcript cgroup",
+        "the agent process was started (cgroup: its round cgroup, or null)",
+    ),
     ("agent_spawn_failed", "round reason", "the agent could not be started (counts as a failure)"),
     ("agent_exit", "round exit_code signal exit_cause duration_s", "the agent exited"),
     ("round_timeout_kill", "round budget_s", "the round hit its budget; the group is killed"),
@@ -65,8 +69,16 @@ REGISTRY: dict[str, Kind] = _kinds(
         "the agent printed nothing for runtime.idle_timeout_s; its group is killed (cause idle)",
     ),
     ("round_leftovers_reaped", "round pids", "descendants left after the round were killed"),
-    ("round_orphan_reaped", "round pgid pids", "a previous serve's agent group was killed"),
-    ("round_end", "round exit_cause duration_s", "the round is over, tree secured"),
+    (
+        "round_orphan_reaped",
+        "round pgid pids cgroup",
+        "what a serve that died uncleanly left running was killed before anything new",
+    ),
+    (
+        "round_end",
+        "round exit_cause duration_s memory_peak_bytes cpu_s",
+        "the round is over, tree secured; memory and CPU from its cgroup (null without one)",
+    ),
     (
         "transcript_truncated",
         "round path bytes_left_out",
@@ -181,6 +193,14 @@ REGISTRY: dict[str, Kind] = _kinds(
         "about reason",
         "[notify] command failed for an event of kind `about`: not started, exit status, timeout",
     ),
+    (
+        "round_cgroup_unavailable",
+        "reason",
+        "rounds run without a cgroup of their own (subreaper and scans instead); once",
+    ),
+    ("git_leftovers_cleared", "paths", "files a killed git left in .git were removed"),
+    ("instance_lock_restored", "path", "serve.lock was deleted or replaced; serve re-created it"),
+    ("log_dir_lost", "path reason", "log_dir was removed or replaced while serve ran; it stops"),
 )
 
 _SECRET_PATTERNS = (

@@ -2,6 +2,8 @@
 
 Prints medians; asserts nothing. Usage: python benchmarks/bench_serve.py [round_seconds=60]
 Targets (SPEC §11): restart <= 20 ms, CPU <= 0.05 s per 60 s round, RSS <= 40 MB, stop <= 0.3 s.
+Restart latency is measured with a cgroup per round (run as root, or where systemd delegated
+a cgroup; it says so when none could be had) and without one.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from pathlib import Path
 import tomli_w
 
 ROUNDS = 40
+# An agent that works this long before it exits: time for the next round's child to be
+# forked and moved into its cgroup ahead (with an agent that exits at once it cannot be).
+AGENT_S = 0.2
 STOP_RUNS = 5
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def project(root: Path, command: list[str], git: bool, **runtime: object) -> Path:
+    """A throwaway project; `runtime` keys override (e.g. round_cgroup="off")."""
     work = root / "work"
     (work / "prompts").mkdir(parents=True)
     (work / "prompts" / "main.md").write_text("go\n")
@@ -71,18 +77,31 @@ def wait_event(log_dir: Path, kind: str, timeout: float = 30) -> dict[str, objec
     raise SystemExit(f"no {kind} event")
 
 
-def restart_latency(git: bool) -> float:
+def restart_latency(git: bool, round_cgroup: str = "auto", agent_s: float = 0) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps"
         # The agent's only work: one timestamp at start and one just before it exits.
-        script = f"date +%s.%N >> {stamps}.start; date +%s.%N >> {stamps}.end"
-        config = project(Path(tmp), ["sh", "-c", script], git)
+        pause = f"sleep {agent_s}; " if agent_s else ""
+        script = f"date +%s.%N >> {stamps}.start; {pause}date +%s.%N >> {stamps}.end"
+        config = project(Path(tmp), ["sh", "-c", script], git, round_cgroup=round_cgroup)
+        reaping = cgroup_mode(Path(tmp) / "logs") if round_cgroup == "auto" else "off"
         proc = serve(config, "--max-rounds", str(ROUNDS))
         proc.wait()
         starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
         ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
         gaps = [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)]
+        if reaping != "off" and reaping != "cgroup":
+            print(f"  (asked for a cgroup per round, got none: {reaping})")
         return statistics.median(gaps)
+
+
+def cgroup_mode(log_dir: Path) -> str:
+    """`cgroup` when the run had a cgroup per round, else why not."""
+    for path in sorted(log_dir.glob("events-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if '"event":"round_cgroup_unavailable"' in line:
+                return str(json.loads(line)["reason"])
+    return "cgroup"
 
 
 def cpu_and_rss(round_s: float) -> tuple[float, float]:
@@ -123,8 +142,16 @@ def _cpu_s(pid: int) -> float:
 
 if __name__ == "__main__":
     round_s = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-    print(f"restart latency, no git:   median {restart_latency(False):.1f} ms over {ROUNDS} rounds")
-    print(f"restart latency, git tree: median {restart_latency(True):.1f} ms over {ROUNDS} rounds")
+    for git, round_cgroup, agent_s, label in (
+        (False, "off", 0, "no git, no cgroup"),
+        (True, "off", 0, "git tree, no cgroup"),
+        (False, "auto", 0, "no git, cgroup per round"),
+        (True, "auto", 0, "git tree, cgroup per round"),
+        (True, "off", AGENT_S, f"git, no cgroup, {AGENT_S:g} s agent"),
+        (True, "auto", AGENT_S, f"git, cgroup, {AGENT_S:g} s agent"),
+    ):
+        latency = restart_latency(git, round_cgroup, agent_s)
+        print(f"restart latency, {label + ':':<32} median {latency:.1f} ms over {ROUNDS} rounds")
     print(f"stop latency in back-off:  median {stop_latency():.0f} ms over {STOP_RUNS} runs")
     cpu, rss = cpu_and_rss(round_s)
     print(f"supervisor during a {round_s:g} s round: CPU {cpu:.3f} s, peak RSS {rss:.1f} MB")

@@ -15,7 +15,7 @@ from agent_runner import vcs
 from agent_runner.config import Config, load_config, read_prompt
 from agent_runner.errors import AgentRunnerError, ConfigError, ConfinementUnavailable, GitError
 from agent_runner.observe.host import host_report
-from agent_runner.observe.peek import budget_report
+from agent_runner.observe.peek import budget_report, describe_reaping
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
@@ -25,7 +25,8 @@ from agent_runner.supervisor.boot import (
     find_agent_program,
     find_notify_program,
 )
-from agent_runner.supervisor.instance import read_holder
+from agent_runner.supervisor.cgroup import CgroupUnavailable, place
+from agent_runner.supervisor.instance import project_key, read_holder
 from agent_runner.supervisor.state import read_state
 from agent_runner.systemd.state import unit_drift, unit_state
 
@@ -63,6 +64,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
         _notify,
         _serve_running,
         _host,
+        _reaping,
         _systemd_unit,
     ]
     if sandbox:
@@ -389,6 +391,37 @@ def _serve_running(config: Config) -> Iterator[Check]:
         yield Check(
             "serve", "warn", f"already running (pid {holder.pid})", "`agent-runner stop` first"
         )
+
+
+def _reaping(config: Config) -> Iterator[Check]:
+    """How rounds' leftovers are killed: what a running serve uses, else what this shell gets."""
+    fallback_fix = (
+        "run serve under the systemd unit (Delegate=yes gives it a cgroup), or as a user "
+        "allowed to create cgroups; until then the subreaper and scans are used"
+    )
+    state = read_state(config.runtime.log_dir) if read_holder(config.runtime.log_dir) else {}
+    reaping = state.get("reaping")
+    if isinstance(reaping, dict):
+        level: Level = "ok" if reaping.get("mode") == "cgroup" else "warn"
+        yield Check("reaping", level, f"serve uses {describe_reaping(reaping)}", fallback_fix)
+        return
+    if config.runtime.round_cgroup == "off":
+        reason = 'runtime.round_cgroup is "off"'
+    else:
+        try:
+            placement = place(project_key(config.runtime.work_dir))
+        except CgroupUnavailable as exc:
+            reason = str(exc)
+        else:
+            yield Check(
+                "reaping",
+                "ok",
+                f"a cgroup per round under {placement.base} (for a serve started from here)",
+            )
+            return
+    yield Check(
+        "reaping", "warn", describe_reaping({"mode": "fallback", "reason": reason}), fallback_fix
+    )
 
 
 def _sandbox(config: Config) -> Iterator[Check]:

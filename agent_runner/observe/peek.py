@@ -56,6 +56,10 @@ def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> d
             if running and isinstance(started, int | float)
             else None,
             "version": supervisor.get("version"),
+            # How a round's leftovers are killed: {"mode": "cgroup", "cgroup": base} or
+            # {"mode": "fallback", "reason": why there is no cgroup}.
+            "reaping": state.get("reaping") if running else None,
+            "stop_pending": state.get("stop") if running else None,
         },
         "round": active_round,
         "deferred": _deferred(state, now) if running else None,
@@ -186,6 +190,11 @@ def render_peek(snap: dict[str, Any]) -> str:
     else:
         ended = " (its last run crashed)" if sup["phase"] == "crashed" else ""
         lines.append(f"supervisor  not running{ended}")
+    if sup.get("stop_pending"):
+        pending = sup["stop_pending"]
+        lines.append(f"stop        pending ({pending['mode']}, from {pending['source']})")
+    if sup.get("reaping"):
+        lines.append(f"reaping     {describe_reaping(sup['reaping'])}")
     if snap["round"]:
         current = snap["round"]
         silent = current.get("silent_s")
@@ -287,6 +296,7 @@ def status_report(config: Config, *, now: float | None = None) -> dict[str, Any]
         "phase": snap["supervisor"]["phase"],
         "round": current["number"] if current else None,
         "log_dir": snap["project"]["log_dir"],
+        "stop_pending": snap["supervisor"]["stop_pending"],
     }
 
 
@@ -296,7 +306,16 @@ def render_status(report: dict[str, Any]) -> str:
     else:
         text = f"running: pid {report['pid']}, up {report['uptime_s']}s, {report['phase']}"
         text += f", round {report['round']}" if report["round"] else ""
+        if report.get("stop_pending"):
+            text += f", stop pending ({report['stop_pending']['mode']})"
     unit = report.get("systemd")
     if unit:
         text += f"\nsystemd: {unit['unit']} ({unit['scope']}): {unit['active']}, {unit['enabled']}"
     return text
+
+
+def describe_reaping(reaping: dict[str, Any]) -> str:
+    """One line for how serve kills what a round leaves: its cgroup, or the fallback and why."""
+    if reaping.get("mode") == "cgroup":
+        return f"a cgroup per round under {reaping.get('cgroup')}"
+    return f"subreaper and process scans (no cgroup: {reaping.get('reason')})"

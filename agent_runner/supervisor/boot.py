@@ -6,6 +6,7 @@ import difflib
 import os
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agent_runner import vcs
@@ -18,7 +19,9 @@ from agent_runner.plugins.admission import admit
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.plugins.trust import running_package
-from agent_runner.supervisor.strays import kill_orphan_group
+from agent_runner.supervisor.cgroup import RoundCgroups
+from agent_runner.supervisor.instance import Holder
+from agent_runner.supervisor.strays import MARKER_VARIABLES, Orphans, kill_orphans
 
 
 def check_boot(config: Config) -> None:
@@ -129,14 +132,63 @@ def admit_plugins(
     return report, hooks
 
 
-def reap_previous_agent(previous: dict[str, Any], emit: Emit) -> None:
-    """Kill the agent group a dead serve left running, if state.json names one still ours."""
-    agent = previous.get("round")
-    if not isinstance(agent, dict):
-        return
-    pgid, ticks = agent.get("pgid"), agent.get("start_ticks")
-    if not isinstance(pgid, int) or pgid <= 1:
-        return
-    killed = kill_orphan_group(pgid, ticks if isinstance(ticks, int) else None)
+def reap_previous_serve(
+    previous: dict[str, Any],
+    emit: Emit,
+    *,
+    cgroups: RoundCgroups | None,
+    key: str,
+    log_dir: Path,
+    previous_holder: Holder | None,
+) -> None:
+    """Kill whatever a serve that died uncleanly left running, before anything new starts.
+
+    Its round cgroup and any other round cgroup left in ours go as units; then its agent's
+    group and session, and every process carrying its environment marker, are found by scan.
+    """
+    agent = _table(previous, "round")
+    supervisor = _table(previous, "supervisor")
+    killed: set[int] = set()
+    recorded = cgroups.recorded(agent.get("cgroup"), key) if cgroups is not None else None
+    for cgroup in ([recorded] if recorded else []) + (cgroups.leftovers() if cgroups else []):
+        killed.update(cgroup.kill())
+        cgroup.remove()
+    if previous_holder is not None or supervisor.get("phase") not in (None, "stopped"):
+        since = supervisor.get("start_ticks")
+        if type(since) is not int and previous_holder is not None:
+            since = previous_holder.start_ticks
+        pgid, ticks = agent.get("pgid"), agent.get("start_ticks")
+        killed.update(
+            kill_orphans(
+                Orphans(
+                    pgid=pgid if type(pgid) is int else None,
+                    leader_start_ticks=ticks if type(ticks) is int else None,
+                    markers=tuple(f"{name}={log_dir}".encode() for name in MARKER_VARIABLES),
+                    since_ticks=since if type(since) is int else None,
+                )
+            )
+        )
     if killed:
-        emit("round_orphan_reaped", round=agent.get("number"), pgid=pgid, pids=killed)
+        emit(
+            "round_orphan_reaped",
+            round=agent.get("number"),
+            pgid=agent.get("pgid"),
+            pids=sorted(killed),
+            cgroup=str(recorded.path) if recorded else None,
+        )
+
+
+def clear_git_leftovers(work_dir: Path, emit: Emit) -> None:
+    """Remove what a git killed with the previous serve left in the repository."""
+    try:
+        repo = vcs.open_repo(work_dir)
+    except GitError:
+        return  # not a repository serve acts on: it never ran git there
+    removed = vcs.clear_leftovers(repo)
+    if removed:
+        emit("git_leftovers_cleared", paths=[str(p) for p in removed[:20]])
+
+
+def _table(state: dict[str, Any], name: str) -> dict[str, Any]:
+    value = state.get(name)
+    return value if isinstance(value, dict) else {}

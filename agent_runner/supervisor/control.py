@@ -1,34 +1,66 @@
-"""`agent-runner stop`: signal the serve named by serve.pid and wait for it to exit."""
+"""`agent-runner stop`: signal the serve named by serve.pid and wait for it to exit or agree."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import time
+from pathlib import Path
 
 from agent_runner.config import Config
 from agent_runner.errors import AgentRunnerError
-from agent_runner.supervisor.instance import read_holder
-from agent_runner.supervisor.stopping import AFTER_ROUND_SIGNAL
+from agent_runner.supervisor.instance import open_holder
+from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.stopping import AFTER_ROUND_SIGNAL, REQUEST_FILE
+
+ACK_POLL_S = 0.05
 
 
 def request_stop(config: Config, *, after_round: bool, timeout_s: float) -> str:
-    """Ask serve to stop; return a one-line report or raise when it does not stop in time."""
-    holder = read_holder(config.runtime.log_dir)
-    if holder is None:
+    """Ask serve to stop; a one-line report, or an error when it neither stops nor agrees."""
+    log_dir = config.runtime.log_dir
+    opened = open_holder(log_dir)
+    if opened is None:
         raise AgentRunnerError(f"no serve is running for {config.runtime.work_dir}")
-    # read_holder verified the pid's start time, so this cannot hit a recycled pid.
-    try:
-        pidfd = os.pidfd_open(holder.pid)
-    except ProcessLookupError:
-        return f"serve (pid {holder.pid}) had already stopped"
+    holder, pidfd = opened
     try:
         started = time.monotonic()
+        if not after_round:
+            _leave_request(log_dir)
         signal.pidfd_send_signal(pidfd, AFTER_ROUND_SIGNAL if after_round else signal.SIGTERM)
-        readable, _, _ = select.select([pidfd], [], [], timeout_s)
+        deadline = started + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            readable, _, _ = select.select([pidfd], [], [], max(0.0, min(remaining, ACK_POLL_S)))
+            if readable:
+                return f"serve (pid {holder.pid}) stopped after {time.monotonic() - started:.1f}s"
+            pending = _pending_stop(log_dir)
+            if after_round and pending is not None:
+                return f"serve (pid {holder.pid}) stops when {pending} (stop pending)"
+            if remaining <= 0:
+                break
     finally:
         os.close(pidfd)
-    if not readable:
-        raise AgentRunnerError(f"serve (pid {holder.pid}) still running after {timeout_s:g}s")
-    return f"serve (pid {holder.pid}) stopped after {time.monotonic() - started:.1f}s"
+    raise AgentRunnerError(f"serve (pid {holder.pid}) still running after {timeout_s:g}s")
+
+
+def _leave_request(log_dir: Path) -> None:
+    """Tell serve the SIGTERM that follows is ours, not systemd's (see stopping.py)."""
+    path = log_dir / REQUEST_FILE
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    # Without it the stop still works; serve only names its source "SIGTERM".
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, flags, 0o600))
+
+
+def _pending_stop(log_dir: Path) -> str | None:
+    """What serve waits for before it stops, once state.json shows it took the request."""
+    state = read_state(log_dir)
+    stop = state.get("stop")
+    if not isinstance(stop, dict) or stop.get("mode") != "finish_round":
+        return None
+    current = state.get("round")
+    number = current.get("number") if isinstance(current, dict) else None
+    return f"round {number} ends" if isinstance(number, int) else "the current round ends"

@@ -1,7 +1,9 @@
 """Run one agent in its own session, wait on it without polling, and bring its group down;
 and the short helper commands serve runs beside it (the operator's `[notify] command`).
 
-What escapes the group (setsid, double fork) is `strays.py`'s business.
+The agent's process exists first, held at a gate (gate.py) until the caller has recorded it;
+only then does the agent's program start. What escapes the group (setsid, double fork) is
+`strays.py`'s and `cgroup.py`'s business.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
 from agent_runner.errors import AgentRunnerError
+from agent_runner.supervisor.gate import ExecFailure, GatedChild
 from agent_runner.supervisor.strays import process_start_ticks
 
 TRANSCRIPT_MODE = 0o600
@@ -74,16 +77,13 @@ def transcript_path(log_dir: Path, round_no: int) -> Path:
 class AgentProcess:
     """One running agent: the leader of its own session and process group."""
 
-    def __init__(
-        self, popen: subprocess.Popen[bytes], pidfd: int, start_ticks: int, started: float
-    ) -> None:
-        self._popen = popen
+    def __init__(self, pid: int, pidfd: int, start_ticks: int, started: float) -> None:
         self._pidfd = pidfd
         self._started = started
         self._ended: float | None = None
         self._returncode: int | None = None
-        self.pid = popen.pid
-        self.pgid = popen.pid
+        self.pid = pid
+        self.pgid = pid
         self.start_ticks = start_ticks
 
     @classmethod
@@ -96,53 +96,79 @@ class AgentProcess:
         stdin_data: bytes | None,
         transcript: Path,
         output: int | None = None,
+        child: GatedChild | None = None,
+        before_exec: Callable[[AgentProcess], None] = lambda _agent: None,
     ) -> AgentProcess:
         """Start `argv` in a new session, stdout and stderr appended to `transcript`, or
-        written to the descriptor `output` when given (a transcript relay's pipe)."""
+        written to the descriptor `output` when given (a transcript relay's pipe).
+
+        `child` is a gated child started ahead of time (a fresh one otherwise). It execs only
+        once `before_exec` (recording its pid) has returned: the agent's program never runs
+        unrecorded, and if this process dies first the child exits without running anything.
+        """
         if not argv:
             raise SpawnError("the agent command is empty")
         # Exec keeps the signal mask: an agent started with SIGTERM blocked could only be SIGKILLed.
         if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
             raise SpawnError("SIGTERM is blocked in this thread; the agent would inherit that")
         out = _open_transcript(transcript) if output is None else os.dup(output)
-        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if stdin_data is not None else (-1, -1)
+        if stdin_data is None:
+            stdin_r, stdin_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+        else:
+            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         started = time.monotonic()
         try:
-            popen = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=dict(env),
-                stdin=stdin_r if stdin_data is not None else subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except (OSError, ValueError) as exc:
-            if stdin_w >= 0:
-                os.close(stdin_w)
-            raise SpawnError(_describe_spawn_failure(argv, cwd, exc)) from exc
+            agent, gated = cls._launch(child, started, before_exec)
+            failure = gated.start(argv, cwd=cwd, env=env, stdin_fd=stdin_r, out_fd=out)
+        except BaseException:
+            _close(stdin_w)
+            raise
         finally:
             os.close(out)
-            if stdin_r >= 0:
-                os.close(stdin_r)
-        try:
-            # The child is unreaped, so its pid cannot have been recycled yet.
-            pidfd = os.pidfd_open(popen.pid)
-        except OSError as exc:
-            _abandon(popen, stdin_w)
-            raise SpawnError(f"cannot watch the agent: pidfd_open: {exc.strerror}") from exc
-        ticks = process_start_ticks(popen.pid)
-        if ticks is None:
-            os.close(pidfd)
-            _abandon(popen, stdin_w)
-            raise SpawnError("cannot watch the agent: /proc is not readable")
+            os.close(stdin_r)
+        if failure is not None:
+            _close(stdin_w)
+            agent.wait(None)
+            raise SpawnError(_describe_spawn_failure(argv, cwd, failure))
         if stdin_data is not None:
             # A thread, because a prompt larger than the pipe buffer blocks until the agent reads.
             threading.Thread(
-                target=_feed, args=(stdin_w, stdin_data), name=f"stdin-{popen.pid}", daemon=True
+                target=_feed, args=(stdin_w, stdin_data), name=f"stdin-{agent.pid}", daemon=True
             ).start()
-        return cls(popen, pidfd, ticks, started)
+        return agent
+
+    @classmethod
+    def _launch(
+        cls,
+        child: GatedChild | None,
+        started: float,
+        before_exec: Callable[[AgentProcess], None],
+    ) -> tuple[AgentProcess, GatedChild]:
+        """Watch the gated child and run `before_exec`: the agent, its program not started yet."""
+        if child is None:
+            try:
+                child = GatedChild.spawn()
+            except OSError as exc:
+                raise SpawnError(f"cannot start the agent: {exc.strerror}") from exc
+        try:
+            # The child is unreaped, so its pid cannot have been recycled yet.
+            pidfd = os.pidfd_open(child.pid)
+        except OSError as exc:
+            child.abandon()
+            raise SpawnError(f"cannot watch the agent: pidfd_open: {exc.strerror}") from exc
+        ticks = process_start_ticks(child.pid)
+        if ticks is None:
+            os.close(pidfd)
+            child.abandon()
+            raise SpawnError("cannot watch the agent: /proc is not readable")
+        agent = cls(child.pid, pidfd, ticks, started)
+        try:
+            before_exec(agent)
+        except BaseException:
+            os.close(pidfd)
+            child.abandon()
+            raise
+        return agent, child
 
     def wait(self, timeout_s: float | None, wake_fd: int | None = None) -> bool:
         """Block until the agent exits (True), or until the timeout or `wake_fd` is readable."""
@@ -184,8 +210,6 @@ class AgentProcess:
         _, status = os.waitpid(self.pid, 0)
         self._ended = time.monotonic()
         self._returncode = os.waitstatus_to_exitcode(status)
-        # Popen must never waitpid this pid again: by then it may belong to someone else.
-        self._popen.returncode = self._returncode
         os.close(self._pidfd)
 
     def _signal_group(self, signum: signal.Signals) -> None:
@@ -229,8 +253,15 @@ class HelperCommand:
                 start_new_session=True,
                 close_fds=True,
             )
-        except (OSError, ValueError) as exc:
-            raise SpawnError(_describe_spawn_failure(argv, cwd, exc)) from exc
+        except ValueError as exc:  # a NUL byte in the command
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from exc
+        except OSError as exc:
+            step = (
+                "exec"
+                if exc.filename is not None and os.fspath(exc.filename) == argv[0]
+                else "chdir"
+            )
+            raise SpawnError(_describe_spawn_failure(argv, cwd, ExecFailure(step, exc))) from exc
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:
@@ -281,6 +312,15 @@ class HelperCommand:
         return HelperResult(None if code < 0 else code, name, bytes(kept), not exited)
 
 
+def _abandon(popen: subprocess.Popen[bytes], stdin_w: int) -> None:
+    """Kill and reap a helper that cannot be watched."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+    if stdin_w >= 0:
+        os.close(stdin_w)
+
+
 def _write_from(fd: int, pending: memoryview) -> memoryview:
     """Write what the pipe takes now; an empty view once all is written or the reader left."""
     try:
@@ -329,13 +369,9 @@ def _open_transcript(path: Path) -> int:
     return fd
 
 
-def _abandon(popen: subprocess.Popen[bytes], stdin_w: int) -> None:
-    """Kill and reap an agent that cannot be supervised."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(popen.pid, signal.SIGKILL)
-    popen.wait()
-    if stdin_w >= 0:
-        os.close(stdin_w)
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
 
 
 def _feed(fd: int, data: bytes) -> None:
@@ -349,12 +385,14 @@ def _feed(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _describe_spawn_failure(argv: Sequence[str], cwd: Path, exc: OSError | ValueError) -> str:
-    if isinstance(exc, ValueError):
-        return f"cannot start {argv[0]!r}: {exc}"
-    if exc.errno == errno.E2BIG:
-        return f"cannot start {argv[0]!r}: the arguments are too long (deliver the prompt on stdin)"
-    if exc.filename is not None and os.fspath(exc.filename) == argv[0]:
+def _describe_spawn_failure(argv: Sequence[str], cwd: Path, failure: ExecFailure) -> str:
+    exc = failure.error
+    if failure.step == "exec":
+        if exc.errno == errno.E2BIG:
+            return (
+                f"cannot start {argv[0]!r}: the arguments are too long "
+                "(deliver the prompt on stdin)"
+            )
         if exc.errno == errno.ENOENT:
             return f"cannot start {argv[0]!r}: not found (is it installed and on PATH?)"
         return f"cannot start {argv[0]!r}: {exc.strerror}"

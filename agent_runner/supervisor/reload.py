@@ -10,7 +10,7 @@ from agent_runner.events import Emit
 from agent_runner.supervisor.boot import check_runnable
 
 # These only take effect when serve restarts: they decide which process, lock and logs we own.
-RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir")
+RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir", "runtime.round_cgroup")
 SECTIONS = (
     *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "budget", "notify"),
     "plugins",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent_runner import vcs
@@ -12,7 +12,9 @@ from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.events import Emit, redact_argv
 from agent_runner.parsers import Findings, parse_transcript, report_findings
+from agent_runner.supervisor.cgroup import NO_USAGE, CgroupUnavailable, RoundCgroup, RoundCgroups
 from agent_runner.supervisor.dirty import Decide, TreeReport, secure_tree
+from agent_runner.supervisor.prefork import Prefork
 from agent_runner.supervisor.process import (
     AgentExit,
     AgentProcess,
@@ -59,19 +61,27 @@ class RoundResult:
 
 @dataclass
 class RoundRunner:
-    """Runs rounds for one serve; `on_spawn` records the agent in state.json at once."""
+    """Runs rounds for one serve.
+
+    `on_spawn` records the agent in state.json before its program starts. With `cgroups` each
+    round runs in a cgroup of its own; `cgroup_failed` hears once why that stopped working.
+    `prefork` holds the children started ahead for the next rounds.
+    """
 
     config: Config
     emit: Emit
     stop: StopControl
     clock: Clock
-    on_spawn: Callable[[int, AgentProcess], None]
+    on_spawn: Callable[[int, AgentProcess, RoundCgroup | None], None]
     in_git: bool = True
     pinned: vcs.TreeIdentity | None = None
     tick: Callable[[], None] = lambda: None
     tick_s: float = STOP_FILE_CHECK_S
     keep_pids: Callable[[], Collection[int]] = tuple
     decide_dirty: Decide | None = None  # None: the builtin dirty handler
+    cgroups: RoundCgroups | None = None
+    cgroup_failed: Callable[[str], None] = lambda _reason: None
+    prefork: Prefork = field(default_factory=Prefork)
 
     def run(self, number: int, prompt: bytes, head_before: str | None) -> RoundResult:
         """Run round `number`; `head_before` is HEAD as the previous round left it."""
@@ -83,9 +93,12 @@ class RoundRunner:
             config.agent.command, prompt.decode("utf-8", "replace"), config.agent.prompt_delivery
         )
         env = round_environment(config, number)
+        cgroup: RoundCgroup | None = None
         try:
             relay = TranscriptRelay.open(transcript, runtime.transcript_max_bytes)
             try:
+                prepared = self.prefork.take(number, self.cgroups, self.cgroup_failed)
+                cgroup = prepared.cgroup
                 agent = AgentProcess.spawn(
                     argv,
                     cwd=runtime.work_dir,
@@ -93,19 +106,31 @@ class RoundRunner:
                     stdin_data=stdin_data,
                     transcript=transcript,
                     output=relay.agent_fd,
+                    child=prepared.child,
+                    before_exec=lambda agent: self.on_spawn(number, agent, cgroup),
                 )
-            except SpawnError:
+            except (SpawnError, OSError):
                 relay.finish()
                 raise
-        except SpawnError as exc:
+        except (SpawnError, OSError) as exc:  # OSError: starting the gated child failed
+            if cgroup is not None:
+                cgroup.remove()
             # A vanished binary is a failed round: the crash-loop breaker ends it, not a traceback.
             emit("agent_spawn_failed", round=number, reason=str(exc))
             failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
-            emit("round_end", round=number, exit_cause="error", duration_s=0.0)
+            emit(
+                "round_end",
+                round=number,
+                exit_cause="error",
+                duration_s=0.0,
+                memory_peak_bytes=None,
+                cpu_s=None,
+            )
             return RoundResult(number, failed, Findings(), None)
         relay.start()
+        # The next rounds' children start and join their cgroups while this agent works.
+        self.prefork.prepare(number, self.cgroups, self.cgroup_failed)
         try:
-            self.on_spawn(number, agent)
             emit(
                 "agent_spawn",
                 round=number,
@@ -113,15 +138,19 @@ class RoundRunner:
                 pgid=agent.pgid,
                 argv=loggable_argv(argv, config.agent.prompt_delivery),
                 transcript=str(transcript),
+                cgroup=None if cgroup is None else str(cgroup.path),
             )
             cause = self._wait(number, agent, relay)
         except BaseException:
             # Whatever broke, no agent may outlive its supervisor's attention.
             agent.terminate(config.agent.sigterm_grace_s)
-            reap_leftovers(keep=self.keep_pids())
+            self._reap(cgroup)
             relay.finish()
             raise
-        leftovers = reap_leftovers(keep=self.keep_pids())
+        leftovers = self._reap(cgroup)
+        usage = cgroup.usage() if cgroup is not None else NO_USAGE
+        if cgroup is not None:
+            cgroup.remove()
         if leftovers:
             emit("round_leftovers_reaped", round=number, pids=leftovers)
         self._file_transcript(number, relay)
@@ -144,6 +173,8 @@ class RoundRunner:
             round=number,
             exit_cause=result.cause,
             duration_s=round(result.duration_s, 3),
+            memory_peak_bytes=usage.memory_peak_bytes,
+            cpu_s=usage.cpu_s,
         )
         return RoundResult(number, result, findings, tree)
 
@@ -160,6 +191,19 @@ class RoundRunner:
             )
         if report.error is not None:
             self.emit("transcript_write_failed", round=number, path=path, reason=report.error)
+
+    def _reap(self, cgroup: RoundCgroup | None) -> list[int]:
+        """Kill what is left of the round (its cgroup first, as a unit); the pids killed."""
+        killed: list[int] = []
+        if cgroup is not None:
+            try:
+                killed = cgroup.kill()
+            except CgroupUnavailable as exc:
+                self.cgroup_failed(str(exc))
+        # Also reaps the zombies cgroup.kill made, and anything that left the cgroup; spares
+        # the helpers that live between rounds and the children started for the next ones.
+        keep = (*self.keep_pids(), *self.prefork.pids())
+        return sorted({*killed, *reap_leftovers(keep=keep)})
 
     def _wait(self, number: int, agent: AgentProcess, relay: TranscriptRelay) -> str | None:
         """Wait for exit, the budget, silence or a stop; the exit-cause override, if any."""

@@ -19,8 +19,14 @@ from agent_runner.events import EventLog, format_event
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor import budget
-from agent_runner.supervisor.boot import admit_plugins, check_boot, reap_previous_agent
-from agent_runner.supervisor.instance import InstanceLock
+from agent_runner.supervisor.boot import (
+    admit_plugins,
+    check_boot,
+    clear_git_leftovers,
+    reap_previous_serve,
+)
+from agent_runner.supervisor.cgroup import CgroupUnavailable, RoundCgroup, RoundCgroups, locate
+from agent_runner.supervisor.instance import InstanceLock, project_key
 from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
 from agent_runner.supervisor.notify import Notifications
 from agent_runner.supervisor.policy import (
@@ -31,6 +37,7 @@ from agent_runner.supervisor.policy import (
     after_internal_error,
     decide,
 )
+from agent_runner.supervisor.prefork import Prefork
 from agent_runner.supervisor.process import AgentProcess, transcript_path
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
@@ -40,8 +47,12 @@ from agent_runner.supervisor.state import (
     recover_state,
     write_state,
 )
-from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S, StopControl
-from agent_runner.supervisor.strays import become_subreaper, process_start_ticks
+from agent_runner.supervisor.stopping import REQUEST_FILE, STOP_FILE_CHECK_S, StopControl
+from agent_runner.supervisor.strays import (
+    become_subreaper,
+    marked_environment,
+    process_start_ticks,
+)
 from agent_runner.supervisor.transcript import prune_transcripts
 
 DRAIN_EXTEND_USEC = 15_000_000
@@ -57,24 +68,45 @@ def run_serve(
     clock: Clock = SYSTEM_CLOCK,
     echo: Callable[[str], None] | None = None,
 ) -> ExitCode:
-    """Run the loop until a stop, max_rounds or a breaker; return the exit code."""
-    events = EventLog(config.runtime.log_dir, clock=clock, echo=echo or _console)
-    notify = Notifications.for_config(config, events.emit)
-    events.tap = notify.offer
-    with InstanceLock(config.runtime.log_dir):
+    """Run the loop until a stop, max_rounds or a breaker; return the exit code.
+
+    A cleanup that fails (a read-only log_dir) is reported on stderr; it never changes the code.
+    """
+    runtime = config.runtime
+    # First of all: from here on a stop signal during boot is a stop, not a traceback.
+    stop = StopControl(
+        runtime.stop_mode,
+        runtime.stop_file,
+        lambda _kind, **_fields: None,  # replaced by the event log before anything is emitted
+        request_file=runtime.log_dir / REQUEST_FILE,
+    )
+    stop.install()
+    try:
+        events = EventLog(runtime.log_dir, clock=clock, echo=echo or _console)
+        stop.emit = events.emit
+        notify = Notifications.for_config(config, events.emit)
+        events.tap = notify.offer
+        lock = InstanceLock(runtime.log_dir, runtime.work_dir)
         try:
-            check_boot(config)
-        except ConfigError as exc:
-            events.emit("config_broken", reason=str(exc))
-            raise
-        stop = StopControl(config.runtime.stop_mode, config.runtime.stop_file, events.emit)
-        stop.install()
-        try:
-            return Serve(config, events, stop, clock, max_rounds, notify=notify).run()
+            lock.acquire()
+            try:
+                check_boot(config)
+            except ConfigError as exc:
+                events.emit("config_broken", reason=str(exc))
+                raise
+            serve = Serve(config, events, stop, clock, max_rounds, lock=lock, notify=notify)
+            with marked_environment(runtime.log_dir):
+                try:
+                    return serve.run()
+                finally:
+                    serve.release_rounds()
         finally:
-            stop.uninstall()
             notify.drain()  # after a crash too: what was started gets its few seconds
+            for problem in lock.release():
+                print(f"agent-runner: warning: {problem}", file=sys.stderr, flush=True)
             events.close()
+    finally:
+        stop.uninstall()
 
 
 def _console(line: str) -> None:
@@ -101,6 +133,11 @@ class Serve:
     spend: budget.Ledger = field(default_factory=budget.Ledger)
     notify: Notifications | None = None
     _budget_shown: budget.BudgetWait | None = None
+    lock: InstanceLock | None = None
+    cgroups: RoundCgroups | None = None
+    reaping: dict[str, Any] = field(default_factory=dict)
+    prefork: Prefork = field(default_factory=Prefork)
+    lost: str | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
@@ -168,7 +205,8 @@ class Serve:
             "plugins": [],
         }
         become_subreaper()
-        reap_previous_agent(previous, emit)
+        self._find_cgroups()
+        self._clean_up_after(previous)
         spawn_gate = self._admit_plugins()
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
@@ -344,6 +382,9 @@ class Serve:
             on_spawn=self._on_spawn,
             in_git=self.in_git,
             pinned=self.pinned,
+            cgroups=self.cgroups,
+            cgroup_failed=self._cgroup_failed,
+            prefork=self.prefork,
             tick=self._round_tick,
             tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
             keep_pids=self._helper_pids,
@@ -379,7 +420,8 @@ class Serve:
         notes = self.notify.running_pids() if self.notify is not None else ()
         return (*hooks, *notes)
 
-    def _on_spawn(self, number: int, agent: AgentProcess) -> None:
+    def _on_spawn(self, number: int, agent: AgentProcess, cgroup: RoundCgroup | None) -> None:
+        # Runs while the agent waits at its gate: once this returns, its program starts.
         self._save(
             "running",
             round={
@@ -388,8 +430,49 @@ class Serve:
                 "pgid": agent.pgid,
                 "start_ticks": agent.start_ticks,
                 "started_at": self.clock.now(),
+                "cgroup": None if cgroup is None else str(cgroup.path),
             },
         )
+
+    def _clean_up_after(self, previous: dict[str, Any]) -> None:
+        """Kill whatever the previous serve left running, then what its git left behind."""
+        reap_previous_serve(
+            previous,
+            self.events.emit,
+            cgroups=self.cgroups,
+            key=project_key(self.config.runtime.work_dir),
+            log_dir=self.config.runtime.log_dir,
+            previous_holder=self.lock.previous if self.lock else None,
+        )
+        if self.lock is not None and self.lock.previous is not None:
+            # A serve killed mid-git leaves its temporary index and locks behind.
+            clear_git_leftovers(self.config.runtime.work_dir, self.events.emit)
+
+    def _find_cgroups(self) -> None:
+        """Rounds get cgroups of their own where the host allows; else say why, once."""
+        if self.config.runtime.round_cgroup == "off":
+            self._cgroup_failed('runtime.round_cgroup is "off"')
+            return
+        try:
+            self.cgroups = locate(project_key(self.config.runtime.work_dir))
+        except CgroupUnavailable as exc:
+            self._cgroup_failed(str(exc))
+            return
+        self.reaping = {"mode": "cgroup", "cgroup": str(self.cgroups.base)}
+
+    def release_rounds(self) -> None:
+        """No round follows: the children started for the next rounds go, and our cgroup folder."""
+        self.prefork.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+    def _cgroup_failed(self, reason: str) -> None:
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
+        if self.reaping.get("mode") != "fallback":
+            self.reaping = {"mode": "fallback", "reason": reason}
+            self.events.emit("round_cgroup_unavailable", reason=reason)
 
     def _decide(self, result: RoundResult) -> Decision:
         findings = result.findings
@@ -436,6 +519,8 @@ class Serve:
         return self._finish(f"gave up: {decision.breaker}", ExitCode.GAVE_UP)
 
     def _finish(self, reason: str, code: ExitCode) -> ExitCode:
+        if self.lost is not None:
+            reason, code = f"log_dir lost: {self.lost}", ExitCode.FAILURE
         self.stop.announce()
         self.notifier.send(STATUS=reason)
         self._note_stop()
@@ -473,10 +558,14 @@ class Serve:
             self.notifier.send(STOPPING=1)
 
     def _round_tick(self) -> None:
-        """Called every few seconds while the agent runs: watchdog and STATUS upkeep."""
+        """Called every few seconds while the agent runs: watchdog, lock and STATUS upkeep."""
         self._watchdog()
+        self._check_log_dir()
         if self.stop.requested:
             self._note_stop()
+            if self._state.get("stop") != self._pending_stop():
+                # What `stop --after-round` waits to see, and `peek` shows.
+                self._save("running", round=self._state.get("round"))
         if self.stop.mode == "finish_round":
             # Draining a round can outlast TimeoutStopSec: keep asking systemd for more time
             # (each extension outlasts the interval between two of them).
@@ -487,8 +576,8 @@ class Serve:
             self.notifier.status(f"round {self.last_round} running {minutes}m")
 
     def _save(self, phase: str, **extra: Any) -> None:
-        if not self._state:
-            return  # nothing is known yet that a state file could hold
+        if not self._state or self._check_log_dir():
+            return  # nothing known yet that a state file could hold, or log_dir is not ours
         self._state["supervisor"]["phase"] = phase
         self._state["supervisor"]["updated_at"] = self.clock.now()
         self._state["round"] = extra.pop("round", None) if phase == "running" else None
@@ -503,6 +592,8 @@ class Serve:
         self._state["budget"] = self.spend.to_state()
         if self.notify is not None:
             self._state["notify"] = self.notify.state()
+        self._state["reaping"] = self.reaping
+        self._state["stop"] = self._pending_stop()
         self._watchdog()
         try:
             write_state(self.config.runtime.log_dir, self._state)
@@ -513,3 +604,19 @@ class Serve:
                 self.events.emit("state_write_failed", reason=str(exc))
         else:
             self._state_error = None
+
+    def _check_log_dir(self) -> bool:
+        """True once log_dir is gone or replaced: then serve stops, as for a terminate stop."""
+        if self.lost is None and self.lock is not None:
+            self.lost = self.lock.check(self.events.emit)
+            if self.lost is not None:
+                self.events.emit(
+                    "log_dir_lost", path=str(self.config.runtime.log_dir), reason=self.lost
+                )
+                self.stop.interrupt("log_dir_lost")
+        return self.lost is not None
+
+    def _pending_stop(self) -> dict[str, str] | None:
+        if self.stop.mode is None:
+            return None
+        return {"mode": self.stop.mode, "source": self.stop.source}

@@ -6,9 +6,11 @@ once, so a stop during a delay, a back-off or a round takes effect without polli
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -18,6 +20,10 @@ from agent_runner.events import Emit
 
 # SIGUSR1 is what `agent-runner stop --after-round` sends.
 AFTER_ROUND_SIGNAL = signal.SIGUSR1
+# `agent-runner stop` leaves this in log_dir just before it signals, so that serve can tell
+# its SIGTERM from systemd's (the signal itself carries no sender Python can read).
+REQUEST_FILE = "stop-request"
+REQUEST_FRESH_S = 30.0
 # Signals wake every wait at once; only the stop file is looked for, this often. Each look
 # costs a wakeup, and a supervisor must cost next to nothing while an agent works for hours.
 STOP_FILE_CHECK_S = 5.0
@@ -29,16 +35,20 @@ Mode = Literal["terminate", "finish_round"]
 class StopControl:
     """Owns SIGTERM/SIGINT/SIGUSR1 handling and the wake-up pipe for one serve."""
 
-    def __init__(self, default_mode: Mode, stop_file: Path, emit: Emit) -> None:
+    def __init__(
+        self, default_mode: Mode, stop_file: Path, emit: Emit, request_file: Path | None = None
+    ) -> None:
         self.default_mode: Mode = default_mode
         self.stop_file = stop_file
         self.emit = emit
+        self.request_file = request_file
         self.mode: Mode | None = None
         self.source = ""
         self.announced = False
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
         self._previous_wakeup = -1
+        self._previous_mask: set[int | signal.Signals] = set()
 
     @property
     def wake_fd(self) -> int:
@@ -54,8 +64,14 @@ class StopControl:
         for signum in (*STOP_SIGNALS, AFTER_ROUND_SIGNAL):
             self._previous[signum] = signal.signal(signum, self._on_signal)
         self._previous_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        # Inherited blocked, these could never stop us (and agents would inherit the mask);
+        # one already pending is handled here, as a stop.
+        self._previous_mask = signal.pthread_sigmask(
+            signal.SIG_UNBLOCK, (*STOP_SIGNALS, AFTER_ROUND_SIGNAL)
+        )
 
     def uninstall(self) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._previous_mask)
         signal.set_wakeup_fd(self._previous_wakeup)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -69,14 +85,34 @@ class StopControl:
                 self.announced = False
             self.mode, self.source = mode, source
 
+    def interrupt(self, source: str) -> None:
+        """Request a terminate stop from inside serve, waking every wait at once."""
+        self.request("terminate", source)
+        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+            os.write(self._write_fd, b"\0")
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == AFTER_ROUND_SIGNAL:
             self.request("finish_round", "stop --after-round")
-        elif self.mode is not None:
+            self._take_request_file()
+            return
+        source = "stop" if self._take_request_file() else signal.Signals(signum).name
+        if self.mode is not None:
             # A second stop signal while finishing a round means "now".
-            self.request("terminate", signal.Signals(signum).name)
+            self.request("terminate", source)
         else:
-            self.request(self.default_mode, signal.Signals(signum).name)
+            self.request(self.default_mode, source)
+
+    def _take_request_file(self) -> bool:
+        """Whether `agent-runner stop` asked just now; the file is consumed either way."""
+        if self.request_file is None:
+            return False
+        try:
+            age = time.time() - os.stat(self.request_file, follow_symlinks=False).st_mtime
+            os.unlink(self.request_file)
+        except OSError:
+            return False
+        return age <= REQUEST_FRESH_S
 
     def check_stop_file(self) -> bool:
         """Request a stop if the stop file exists; True when it does."""

@@ -11,10 +11,30 @@ import ctypes
 import os
 import selectors
 import signal
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+# Every process a serve starts carries one of these set to its log_dir: the agent (SPEC §5.1)
+# and, through serve's own environment, each helper (git). A successor finds them by it.
+MARKER_VARIABLES = ("AGENT_RUNNER_LOG_DIR", "AGENT_RUNNER_SERVE_LOG_DIR")
+MAX_ENVIRON_BYTES = 4 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def marked_environment(log_dir: Path) -> Iterator[None]:
+    """While serve runs, every process it starts inherits its marker (MARKER_VARIABLES)."""
+    name = MARKER_VARIABLES[1]
+    before = os.environ.get(name)
+    os.environ[name] = str(log_dir)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def become_subreaper() -> None:
@@ -55,21 +75,66 @@ def reap_leftovers(*, keep: Collection[int] = ()) -> list[int]:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def kill_orphan_group(pgid: int, leader_start_ticks: int | None) -> list[int]:
-    """Kill a previous serve's agent group, only where start times prove it is that group."""
-    if leader_start_ticks is None or pgid <= 1 or pgid == os.getpgid(0):
-        return []
-    leader = _read_stat(pgid)
-    if leader is not None and leader.start_ticks != leader_start_ticks:
-        # A live group pins its id, so a different process under that pid means the group is gone.
-        return []
+@dataclass(frozen=True)
+class Orphans:
+    """How to recognise what a serve that died uncleanly left running.
+
+    `pgid` with `leader_start_ticks`: its agent's group and session, from state.json.
+    `markers` with `since_ticks`: `NAME=value` environment entries its agents and helpers
+    carry, in processes started no earlier than that serve.
+    """
+
+    pgid: int | None = None
+    leader_start_ticks: int | None = None
+    markers: tuple[bytes, ...] = ()
+    since_ticks: int | None = None
+
+
+def kill_orphans(orphans: Orphans) -> list[int]:
+    """Kill every process `orphans` recognises (start times prove none is a recycled pid)."""
     me = os.getpid()
+    group = _group_to_match(orphans, me)
+    markers = set(orphans.markers)
+    since = orphans.since_ticks
+    if group is None and (since is None or not markers):
+        return []
 
     def belongs(entry: _Stat, _found: Collection[int] = ()) -> bool:
-        return entry.pgrp == pgid and entry.start_ticks >= leader_start_ticks and entry.pid != me
+        if entry.pid == me:
+            return False
+        if (
+            group is not None
+            and entry.start_ticks >= group[1]
+            and group[0] in (entry.pgrp, entry.sid)
+        ):
+            return True
+        return since is not None and entry.start_ticks >= since and _carries(entry.pid, markers)
 
     held = _freeze(lambda: {e.pid for e in _scan_proc() if belongs(e)}, belongs)
     return sorted(_kill_all(held))
+
+
+def _group_to_match(orphans: Orphans, me: int) -> tuple[int, int] | None:
+    """(pgid, leader start) when the recorded group may still exist, else None."""
+    pgid, ticks = orphans.pgid, orphans.leader_start_ticks
+    if pgid is None or ticks is None or pgid <= 1 or pgid in (os.getpgid(0), os.getsid(0), me):
+        return None
+    leader = _read_stat(pgid)
+    if leader is not None and leader.start_ticks != ticks:
+        # A live group or session pins its id, so another process under that pid means
+        # both are gone: matching on the number now could only hit strangers.
+        return None
+    return pgid, ticks
+
+
+def _carries(pid: int, markers: set[bytes]) -> bool:
+    """Whether the process's environment holds one of `markers` (`NAME=value`, exactly)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read(MAX_ENVIRON_BYTES).split(b"\0")
+    except OSError:
+        return False  # gone, a kernel thread, or another user's
+    return not markers.isdisjoint(entries)
 
 
 @dataclass(frozen=True)
@@ -78,6 +143,7 @@ class _Stat:
     state: str
     ppid: int
     pgrp: int
+    sid: int
     start_ticks: int
 
 
@@ -97,7 +163,9 @@ def _read_stat(pid: int) -> _Stat | None:
         return None  # read as the process was being released
     # The command name may contain spaces and parentheses; the fields start after the last ')'.
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return _Stat(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+    return _Stat(
+        pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+    )
 
 
 def _scan_proc() -> Iterable[_Stat]:

@@ -1,13 +1,14 @@
 """Every git call the supervisor makes, hardened against repository-controlled programs.
 
 `run` is how git is started (the one place), `repo` decides which repository git may act
-on, `work` reads and secures the work in it. Callers use the names re-exported here.
+on, `work` reads and secures the work in it, `leftovers` cleans up after a killed git.
+Callers use the names re-exported here.
 """
 
 from agent_runner.vcs.identity import TreeIdentity
 from agent_runner.vcs.kept import PREFIX as KEPT_PREFIX
 from agent_runner.vcs.kept import Kept, keep_work, list_kept, prune_kept
-from agent_runner.vcs.leftovers import index_lock_holders, remove_temp_objects
+from agent_runner.vcs.leftovers import clear_leftovers, index_lock_holders, remove_temp_objects
 from agent_runner.vcs.repo import (
     GIT_MIN_BYTES_PER_S,
     Repo,
@@ -66,6 +67,7 @@ __all__ = [
     "TreeIdentity",
     "all_but",
     "clean_to_head",
+    "clear_leftovers",
     "commit",
     "file_sizes",
     "filter_overrides",

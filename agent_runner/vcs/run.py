@@ -5,10 +5,12 @@ switched off, and a timeout that kills git's whole group. Every git call starts 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,11 @@ HARDENED_ENV: Mapping[str, str] = {
 # Subcommands that never read work-tree files, so never reach a filter driver. Not write-tree:
 # it re-reads racily clean files, through their clean filter.
 _FILTER_FREE = frozenset({"config", "rev-parse", "ls-tree", "update-ref"})
+# Quick reads that run every round. They alone may outlive a killed serve (finishing within
+# milliseconds, changing nothing): a death signal costs each git a full fork instead of vfork.
+# Every other git dies with serve, and the next serve kills anything left by its marker.
+_OUTLIVE_SERVE = frozenset({"config", "rev-parse", "status", "check-ignore", "ls-files"})
+PR_SET_PDEATHSIG = 1
 _FILTER_KEYS = ("clean", "smudge", "process")
 _MAX_ERROR_CHARS = 300
 
@@ -116,6 +123,7 @@ def _start(
         if overrides is None:
             overrides = filter_overrides(work_dir)
         _add_config(full_env, overrides)
+    dies_with_us = _subcommand(args) not in _OUTLIVE_SERVE
     try:
         return subprocess.Popen(
             ["git", *HARDENING_ARGS, *args],
@@ -125,9 +133,28 @@ def _start(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # so a timeout can kill git's own children too
+            # The only thing it does is one prctl: no lock another thread could hold.
+            preexec_fn=_die_with(os.getpid()) if dies_with_us else None,  # noqa: PLW1509
         )
     except OSError as exc:
         raise GitError(f"cannot run git in {work_dir}: {exc.strerror or exc}") from exc
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """A preexec_fn: SIGKILL for the child the moment `parent` dies (PR_SET_PDEATHSIG)."""
+    prctl = _libc().prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)  # the parent died before the signal was armed: it cannot fire now
+
+    return arm
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _finish(

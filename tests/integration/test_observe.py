@@ -192,3 +192,32 @@ def test_doctor_warns_when_aiders_files_would_dirty_every_round(project: Project
     with (project.work_dir / ".git" / "info" / "exclude").open("a") as exclude:
         exclude.write(".aider*\n")
     assert setup_warnings(project) == []
+
+
+@pytest.mark.parametrize("round_cgroup", ["auto", "off"])
+def test_peek_and_doctor_say_how_leftovers_are_reaped(project: Project, round_cgroup: str) -> None:
+    project.write_config(agent("sleeper.py", "60"), runtime={"round_cgroup": round_cgroup})
+    if round_cgroup == "auto" and os.geteuid() != 0:
+        pytest.skip("only root gets a cgroup on a host without a delegated one")
+    local = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}["reaping"]
+    serve = project.start()
+    try:
+        project.wait_for("agent_spawn")
+        snap = json.loads(project.cli("peek", "--json").stdout)
+        reaping = snap["supervisor"]["reaping"]
+        doctor = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+        text = project.cli("peek").stdout
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+    if round_cgroup == "auto":
+        assert reaping["mode"] == "cgroup"
+        assert reaping["cgroup"].startswith("/sys/fs/cgroup")
+        assert (local["level"], doctor["reaping"]["level"]) == ("ok", "ok")
+        assert "a cgroup per round under" in text
+    else:
+        assert reaping == {"mode": "fallback", "reason": 'runtime.round_cgroup is "off"'}
+        assert (local["level"], doctor["reaping"]["level"]) == ("warn", "warn")
+        assert "subreaper and process scans" in doctor["reaping"]["detail"]
+        assert "no cgroup: runtime.round_cgroup is" in text
+    assert doctor["reaping"]["detail"].startswith("serve uses ")

@@ -24,8 +24,9 @@ from agent_runner.supervisor.process import (
     transcript_path,
 )
 from agent_runner.supervisor.strays import (
+    Orphans,
     become_subreaper,
-    kill_orphan_group,
+    kill_orphans,
     process_start_ticks,
     reap_leftovers,
 )
@@ -490,6 +491,10 @@ def orphaned_group(tmp_path: Path) -> tuple[int, int, int]:
     return record["pgid"], record["ticks"], member
 
 
+def kill_orphan_group(pgid: int, ticks: int | None) -> list[int]:
+    return kill_orphans(Orphans(pgid=pgid, leader_start_ticks=ticks))
+
+
 def test_orphaned_group_of_a_killed_serve_is_killed_when_start_ticks_match(
     tmp_path: Path,
 ) -> None:
@@ -543,3 +548,26 @@ def test_orphaned_group_of_another_user_is_left_alone(tmp_path: Path) -> None:
 
 def test_kill_orphan_group_never_touches_its_own_group() -> None:
     assert kill_orphan_group(os.getpgid(0), process_start_ticks(os.getpgid(0))) == []
+
+
+def test_the_agent_starts_with_default_signals_and_only_stdio_open(tmp_path: Path) -> None:
+    stray = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(stray, True)  # as a careless parent or library would leave one
+    try:
+        agent_ = AgentProcess.spawn(
+            ["sh", "-c", "grep -E '^Sig(Blk|Ign):' /proc/self/status; ls /proc/self/fd"],
+            cwd=tmp_path,
+            env=os.environ,
+            stdin_data=None,
+            transcript=tmp_path / "t.log",
+        )
+        assert agent_.wait(5)
+    finally:
+        os.close(stray)
+    lines = (tmp_path / "t.log").read_text().split()
+    assert lines[0:3:2] == ["SigBlk:", "SigIgn:"]
+    # The standard signals; above them glibc keeps a couple for itself.
+    assert int(lines[1], 16) & 0x7FFFFFFF == 0
+    assert int(lines[3], 16) & 0x7FFFFFFF == 0
+    # 0-2, and the one `ls` opens to read the folder: nothing of ours came along.
+    assert sorted(map(int, lines[4:])) == [0, 1, 2, 3]

@@ -196,18 +196,45 @@ def test_stop_command_terminates_the_round(project: Project) -> None:
     assert stopped.returncode == 0, stopped.stderr
     assert serve.wait(timeout=1) == 0
     assert project.events("agent_exit")[0]["exit_cause"] == "stopped"
+    # Its own source, not systemd's SIGTERM: the operator asked.
+    assert project.events("stop_requested")[0]["source"] == "stop"
+    assert project.events("serve_stop")[0]["reason"] == "stopped (stop)"
+    assert not (project.log_dir / "stop-request").exists()
     assert json.loads(project.cli("status", "--json").stdout)["running"] is False
 
 
 def test_stop_after_round_lets_the_round_finish(project: Project) -> None:
-    project.write_config(agent("exits_with.py", "0", "1.5"))
+    project.write_config(agent("exits_with.py", "0", "3"))
     serve = project.start()
     project.wait_for("agent_spawn")
     stopped = project.cli("stop", "--after-round", "--timeout", "10")
+    # Accepted is success: the round goes on, and both stop and status say a stop is pending.
     assert stopped.returncode == 0, stopped.stderr
-    assert serve.wait(timeout=1) == 0
+    assert (
+        stopped.stdout.strip() == f"serve (pid {serve.pid}) stops when round 1 ends (stop pending)"
+    )
+    status = json.loads(project.cli("status", "--json").stdout)
+    assert status["stop_pending"] == {"mode": "finish_round", "source": "stop --after-round"}
+    assert "stop pending (finish_round)" in project.cli("status").stdout
+    assert serve.poll() is None
+    assert serve.wait(timeout=10) == 0
     assert project.events("agent_exit")[0]["exit_cause"] == "clean"
     assert len(project.events("round_start")) == 1
+
+
+def test_stop_after_round_that_is_never_acknowledged_is_an_error(project: Project) -> None:
+    project.write_config(agent("sleeper.py", "60"))
+    serve = project.start()
+    project.wait_for("agent_spawn")
+    serve.send_signal(signal.SIGSTOP)  # alive, holding the lock, but taking no requests
+    try:
+        refused = project.cli("stop", "--after-round", "--timeout", "0.5")
+    finally:
+        serve.send_signal(signal.SIGCONT)
+    assert refused.returncode == 1
+    assert f"serve (pid {serve.pid}) still running after 0.5s" in refused.stderr
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=10) == 0
 
 
 def test_stop_without_a_running_serve_is_an_error(project: Project) -> None:
@@ -532,6 +559,12 @@ def test_an_agent_binary_that_vanishes_mid_run_ends_in_a_crash_loop(
     done = project.cli("serve")
     assert done.returncode == 69, done.stderr
     failed = project.events("agent_spawn_failed")
+    print(
+        [
+            (e["event"], e.get("round"), e.get("reason"), e.get("exit_cause"))
+            for e in project.events()
+        ]
+    )
     assert [e["round"] for e in failed] == [2, 3]
     assert project.events("crash_loop")[0]["count"] == 2
 

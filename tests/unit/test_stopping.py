@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,3 +86,59 @@ def test_sleep_runs_its_course_without_a_stop(control: tuple[StopControl, Record
     stop, _ = control
     assert stop.sleep(0.05, time.monotonic) is True
     assert not stop.requested
+
+
+@pytest.fixture
+def with_requests(tmp_path: Path) -> Iterator[tuple[StopControl, Path]]:
+    request = tmp_path / "stop-request"
+    stop = StopControl("terminate", tmp_path / "STOP", RecordedEvents(), request_file=request)
+    stop.install()
+    yield stop, request
+    stop.uninstall()
+
+
+def test_sigterm_after_a_stop_command_names_the_command(
+    with_requests: tuple[StopControl, Path],
+) -> None:
+    stop, request = with_requests
+    request.write_text("")
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert (stop.mode, stop.source) == ("terminate", "stop")
+    assert not request.exists(), "each request is used once"
+
+
+def test_a_stale_request_does_not_relabel_systemds_sigterm(
+    with_requests: tuple[StopControl, Path],
+) -> None:
+    stop, request = with_requests
+    request.write_text("")
+    old = time.time() - 3600
+    os.utime(request, (old, old))
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.source == "SIGTERM"
+    assert not request.exists()
+
+
+def test_interrupt_from_inside_serve_wakes_a_wait_on_the_stop_pipe(
+    control: tuple[StopControl, RecordedEvents],
+) -> None:
+    stop, _ = control
+    threading.Timer(0.1, stop.interrupt, args=("log_dir_lost",)).start()
+    # Without the wake-up byte this select would sleep its whole 30 s.
+    assert select.select([stop.wake_fd], [], [], 30)[0] == [stop.wake_fd]
+    assert (stop.mode, stop.source) == ("terminate", "log_dir_lost")
+
+
+def test_install_unblocks_a_stop_signal_and_takes_one_already_pending(tmp_path: Path) -> None:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # pending, blocked
+        stop = StopControl("terminate", tmp_path / "STOP", RecordedEvents())
+        stop.install()
+        try:
+            assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            assert (stop.mode, stop.source) == ("terminate", "SIGTERM")
+        finally:
+            stop.uninstall()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
