@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Most tests wait on real processes, so a few workers per core shorten the run.
+TEST_WORKERS ?= 3
 # Confinement tests fail instead of skipping wherever the kernel offers Landlock.
 LANDLOCK_ABI := $(shell $(PYTHON) -c 'import ctypes; print(max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0))' 2>/dev/null || echo 0)
 ifneq ($(LANDLOCK_ABI),0)
@@ -37,7 +39,7 @@ unit: $(STAMP)
 
 test: lint typecheck
 	@echo "Landlock ABI $(LANDLOCK_ABI); AGENT_RUNNER_REQUIRE_CONFINEMENT=$${AGENT_RUNNER_REQUIRE_CONFINEMENT:-0}"
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 docs: $(STAMP)
 	$(BIN)/python -m agent_runner.events > docs/events.md

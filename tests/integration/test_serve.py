@@ -204,7 +204,8 @@ def test_stop_command_terminates_the_round(project: Project) -> None:
 
 
 def test_stop_after_round_lets_the_round_finish(project: Project) -> None:
-    project.write_config(agent("exits_with.py", "0", "3"))
+    release = project.root / "release"
+    project.write_config(agent("waits_for_file.py", str(release)))
     serve = project.start()
     project.wait_for("agent_spawn")
     stopped = project.cli("stop", "--after-round", "--timeout", "10")
@@ -217,7 +218,8 @@ def test_stop_after_round_lets_the_round_finish(project: Project) -> None:
     assert status["stop_pending"] == {"mode": "finish_round", "source": "stop --after-round"}
     assert "stop pending (finish_round)" in project.cli("status").stdout
     assert serve.poll() is None
-    assert serve.wait(timeout=10) == 0
+    release.touch()
+    assert serve.wait(timeout=30) == 0
     assert project.events("agent_exit")[0]["exit_cause"] == "clean"
     assert len(project.events("round_start")) == 1
 

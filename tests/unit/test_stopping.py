@@ -132,7 +132,9 @@ def test_interrupt_from_inside_serve_wakes_a_wait_on_the_stop_pipe(
 def test_install_unblocks_a_stop_signal_and_takes_one_already_pending(tmp_path: Path) -> None:
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        os.kill(os.getpid(), signal.SIGTERM)  # pending, blocked
+        # Pending, blocked; aimed at this thread, since a test runner's other threads (pytest-xdist's
+        # I/O thread) would take a process-wide SIGTERM at its default action.
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         stop = StopControl("terminate", tmp_path / "STOP", RecordedEvents())
         stop.install()
         try:
