@@ -293,6 +293,8 @@ def _run_scenario(scene: Scene, step: str, mode: str) -> None:
         serve = launch(scene, first, kill_at=step if step in INSIDE else None, env=env)
         if step == "mid_round":
             wait_until(lambda: len(scene.pids(first)) >= 3, "the first round's escapees")
+            # Mid-round means after the round was announced: the escapees can be quicker.
+            wait_until(lambda: scene.events("agent_spawn"), "the first round's agent_spawn")
             serve.kill()
         assert serve.wait(timeout=WAIT_S) == -signal.SIGKILL
         assert not scene.events("serve_stop"), "only a SIGKILL may end the first serve"
