@@ -22,6 +22,7 @@ from typing import Any
 
 from agent_runner.clock import SYSTEM_CLOCK, Clock
 from agent_runner.errors import EventLogError
+from agent_runner.redaction import REDACTED, redact
 
 Emit = Callable[..., None]
 EventDict = MutableMapping[str, Any]
@@ -202,22 +203,6 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("instance_lock_restored", "path", "serve.lock was deleted or replaced; serve re-created it"),
     ("log_dir_lost", "path reason", "log_dir was removed or replaced while serve ran; it stops"),
 )
-
-_SECRET_PATTERNS = (
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}"),
-    re.compile(r"\b(?:ghp|gho|ghu|ghs|github_pat|xox[abprs]|AIza)[A-Za-z0-9_\-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-)
-REDACTED = "[REDACTED]"
-
-
-def redact(text: str) -> str:
-    """Text with API-key and bearer-token shapes replaced by [REDACTED]."""
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    return text
-
 
 _SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(key|token|secret|passw|credential|auth)[\w-]*$")
 

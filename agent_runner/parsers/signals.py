@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from agent_runner.redaction import redact
+
 MAX_DETAIL_CHARS = 200
 
 _STATUS_CLASSES = {
@@ -21,21 +23,6 @@ _STATUS_CLASSES = {
 AUTH_STATUSES = frozenset({401, 403})
 # Messages are short; a longer line is agent output, and scanning it whole is slow.
 MAX_MESSAGE_CHARS = 2048
-
-_SECRETS = (
-    (re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"), "Bearer ***"),
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-***"),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), "AIza***"),
-    (re.compile(r"\b(?:gh[pousr]|github_pat)_[A-Za-z0-9_]{16,}"), "gh_***"),
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+"), "jwt-***"),
-    (
-        re.compile(
-            r"(?i)\b((?:x-)?api[-_ ]?key|access[-_]?token|refresh[-_]?token|password)"
-            r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+"
-        ),
-        r"\1\2***",
-    ),
-)
 
 AUTH_TEXT = re.compile(
     r"(?i)(?:status|code|error)[^\d\n]{0,12}\b401\b|\b401\b[^\n]{0,20}unauthori"
@@ -86,9 +73,7 @@ def classify_status(status: int | None) -> str | None:
 
 def short_redacted(text: str) -> str:
     """One line, at most MAX_DETAIL_CHARS, with anything that looks like a secret masked."""
-    line = " ".join(text.split())[: MAX_DETAIL_CHARS * 5]
-    for pattern, replacement in _SECRETS:
-        line = pattern.sub(replacement, line)
+    line = redact(" ".join(text.split())[: MAX_DETAIL_CHARS * 5])
     if len(line) > MAX_DETAIL_CHARS:
         line = line[: MAX_DETAIL_CHARS - 1] + "…"
     # Lone surrogates from odd JSON escapes would break the UTF-8 event writer.

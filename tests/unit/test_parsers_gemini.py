@@ -62,7 +62,7 @@ def test_missing_auth_method_is_a_setup_error_not_a_refused_key() -> None:
 def test_invalid_api_key_is_an_auth_failure_with_the_key_masked() -> None:
     found = fixture("api_key_invalid.json")
     assert found.auth_error == (
-        "Error 400: API key not valid. Please pass a valid API key. (key AIza***)"
+        "Error 400: API key not valid. Please pass a valid API key. (key AIza[REDACTED])"
     )
 
 
