@@ -16,6 +16,7 @@ import click
 
 from agent_runner import __version__
 from agent_runner.errors import AgentRunnerError, ExitCode
+from agent_runner.presets import preset_names
 
 if TYPE_CHECKING:
     from agent_runner.config import Config
@@ -56,7 +57,13 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--preset", default="claude", show_default=True, help="Agent preset.")
+@click.option(
+    "--preset",
+    type=click.Choice(preset_names()),
+    default="claude",
+    show_default=True,
+    help="Agent preset.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing agent-runner.toml.")
 @config_option
 def init(preset: str, force: bool, config_path: Path | None) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
 from agent_runner.files import read_regular
+from agent_runner.presets import preset_names
 
 CONFIG_NAME = "agent-runner.toml"
 SCHEMA_VERSION = 1
@@ -259,14 +260,6 @@ def load_config(path: Path | None = None) -> Config:
 def parse_config(document: Mapping[str, Any], path: Path) -> Config:
     """Validate a decoded TOML document against the schema and build a Config."""
     return _Parser(path).parse(document)
-
-
-def preset_names() -> list[str]:
-    """Names of the presets shipped inside the package."""
-    folder = resources.files("agent_runner") / "presets"
-    return sorted(
-        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
-    )
 
 
 def load_preset(name: str) -> dict[str, Any]:

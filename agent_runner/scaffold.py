@@ -7,9 +7,10 @@ from typing import Any
 
 import tomli_w
 
-from agent_runner.config import SCHEMA_VERSION, load_config, preset_names
+from agent_runner.config import SCHEMA_VERSION, load_config
 from agent_runner.errors import ConfigError
 from agent_runner.files import write_atomic
+from agent_runner.presets import preset_names
 
 STARTER_PROMPT = """\
 You are working unattended in this git repository, supervised by agent-runner.

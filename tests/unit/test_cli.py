@@ -60,9 +60,13 @@ def test_init_refuses_to_overwrite_without_force(
     assert load_config(target).agent.preset == "claude"
 
 
-def test_init_rejects_an_unknown_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["init", "--preset", "cursor", "--config", str(tmp_path / "x.toml")]) == 78
-    assert "unknown preset 'cursor'" in capsys.readouterr().err
+def test_init_rejects_an_unknown_preset_with_exit_2_and_the_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["init", "--preset", "cursor", "--config", str(tmp_path / "x.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "'cursor' is not one of 'aider', 'claude', 'codex', 'demo', 'gemini'" in err
+    assert not (tmp_path / "x.toml").exists()
 
 
 VALID: dict[str, Any] = {
