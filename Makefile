@@ -44,6 +44,7 @@ test: lint typecheck
 docs: $(STAMP)
 	$(BIN)/python -m agent_runner.events > docs/events.md
 	$(BIN)/python -m agent_runner.config > docs/configuration.md
+	$(BIN)/python -m agent_runner.observe.contracts > docs/json.md
 
 bench: $(STAMP)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done

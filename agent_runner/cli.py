@@ -20,6 +20,7 @@ from agent_runner.presets import preset_names
 
 if TYPE_CHECKING:
     from agent_runner.config import Config
+    from agent_runner.observe.contracts import Document
     from agent_runner.systemd.unit import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,8 +47,11 @@ def load(config_path: Path | None) -> Config:
     return load_config(config_path)
 
 
-def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+def print_json(document: Document) -> None:
+    """A command's --json document (docs/json.md), keys in schema order."""
+    from agent_runner.observe.contracts import to_json
+
+    click.echo(json.dumps(to_json(document), indent=2, ensure_ascii=False, default=str))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,25 +101,40 @@ def round_command(config_path: Path | None) -> None:
 
 @cli.command()
 @json_option
-@click.option("--select", default=None, help="Print one value by dotted path, e.g. round.number.")
 @click.option(
-    "--events", "event_count", type=click.IntRange(0, 10_000), default=10, show_default=True
+    "--select",
+    metavar="PATH",
+    default=None,
+    help="Print one value of the --json document by dotted path, e.g. supervisor.state or "
+    "last_rounds.0.exit_cause (exit 2 naming the first key that is not there).",
+)
+@click.option(
+    "--events",
+    "event_count",
+    type=click.IntRange(0, 10_000),
+    default=10,
+    show_default=True,
+    help="How many of the latest events to include (0: none).",
 )
 @config_option
 def peek(as_json: bool, select: str | None, event_count: int, config_path: Path | None) -> None:
-    """Snapshot of the project; read-only."""
-    from agent_runner.observe.peek import render_peek, select_path, snapshot
+    """Snapshot of the project from state.json and the event log; read-only."""
+    from agent_runner.observe.contracts import to_json
+    from agent_runner.observe.peek import select_path, snapshot
+    from agent_runner.observe.render import render_peek
 
-    snap = snapshot(load(config_path), events=event_count)
+    doc = snapshot(load(config_path), events=event_count)
     if select:
-        value = select_path(snap, select)
+        value = select_path(to_json(doc), select)
         click.echo(
-            json.dumps(value, default=str) if as_json or not isinstance(value, str) else value
+            json.dumps(value, ensure_ascii=False)
+            if as_json or not isinstance(value, str)
+            else value
         )
     elif as_json:
-        print_json(snap)
+        print_json(doc)
     else:
-        click.echo(render_peek(snap))
+        click.echo(render_peek(doc))
 
 
 @cli.command()
@@ -134,12 +153,12 @@ def events(
     config_path: Path | None,
 ) -> None:
     """Query or follow the event log."""
-    from agent_runner.observe.eventquery import EventFilter, format_event, query
+    from agent_runner.observe.eventquery import EventFilter, format_event, json_line, query
 
     config = load(config_path)
     wanted = EventFilter.build(kinds=kinds, round_no=round_no, since=since)
     for event in query(config.runtime.log_dir, wanted, follow=follow):
-        click.echo(json.dumps(event) if as_json else format_event(event))
+        click.echo(json_line(event) if as_json else format_event(event))
 
 
 @cli.command()
@@ -149,7 +168,10 @@ def events(
 )
 @config_option
 def status(as_json: bool, every: bool, config_path: Path | None) -> None:
-    """Is serve running, and since when; with --all, for every project on this host."""
+    """Is serve running, and since when; exit 0 when it is, 3 when it is not.
+
+    With --all: every project on this host, from its state files (exit 0).
+    """
     if every:
         from agent_runner.observe.host import host_report, render_host
 
@@ -159,41 +181,59 @@ def status(as_json: bool, every: bool, config_path: Path | None) -> None:
         else:
             click.echo(render_host(host))
         return
-    from agent_runner.observe.peek import render_status, status_report
+    from agent_runner.observe.contracts import ALIVE_STATES
+    from agent_runner.observe.peek import status_document
+    from agent_runner.observe.render import render_status
     from agent_runner.systemd.state import unit_state
 
     config = load(config_path)
-    report = {**status_report(config), "systemd": unit_state(config)}
+    doc = status_document(config, unit_state(config))
     if as_json:
-        print_json(report)
+        print_json(doc)
     else:
-        click.echo(render_status(report))
+        click.echo(render_status(doc))
+    if doc.supervisor.state not in ALIVE_STATES:
+        raise SystemExit(ExitCode.NOT_RUNNING)
 
 
 @cli.command()
 @click.option("--after-round", is_flag=True, help="Let the current round finish first.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+@json_option
 @config_option
-def stop(after_round: bool, timeout: float, config_path: Path | None) -> None:
-    """Ask the running serve to stop."""
+def stop(after_round: bool, timeout: float, as_json: bool, config_path: Path | None) -> None:
+    """Ask the running serve to stop; exit 1 if it is still running at the timeout."""
+    from agent_runner.observe.contracts import StopDocument
     from agent_runner.supervisor.control import request_stop
 
-    click.echo(request_stop(load(config_path), after_round=after_round, timeout_s=timeout))
+    done = request_stop(load(config_path), after_round=after_round, timeout_s=timeout)
+    if as_json:
+        print_json(
+            StopDocument(
+                outcome=done.outcome, pid=done.pid, waited_s=done.waited_s, detail=done.detail
+            )
+        )
+    else:
+        click.echo(done.detail, err=done.outcome == "timeout")
+    if done.outcome == "timeout":
+        raise SystemExit(ExitCode.FAILURE)
 
 
 @cli.command()
 @json_option
 @config_option
 def doctor(as_json: bool, config_path: Path | None) -> None:
-    """Pre-flight checks, each ok / warn / FAIL with a fix."""
-    from agent_runner.observe.doctor import failed, render_checks, run_checks
+    """Pre-flight checks, each ok / warn / FAIL with a fix; exit 1 when any fails."""
+    from agent_runner.observe.doctor import diagnose, failed, render_checks
 
-    checks = run_checks(config_path)
+    found = diagnose(config_path)
     if as_json:
-        print_json([check.to_dict() for check in checks])
+        print_json(found.document())
     else:
-        click.echo(render_checks(checks))
-    if failed(checks):
+        click.echo(render_checks(found.checks))
+    if not found.config_loaded:
+        raise SystemExit(ExitCode.CONFIG)
+    if failed(found.checks):
         raise SystemExit(ExitCode.FAILURE)
 
 
@@ -247,7 +287,7 @@ def install(
 ) -> None:
     """Install and enable this project's unit, agent-runner@<folder>.service."""
     from agent_runner.errors import SystemdError
-    from agent_runner.observe.doctor import failed, render_checks, run_checks
+    from agent_runner.observe.doctor import diagnose, failed, render_checks
     from agent_runner.systemd.install import Layout, apply_plan, plan_install, service_account
     from agent_runner.systemd.systemctl import Systemctl, check_manager
 
@@ -259,7 +299,7 @@ def install(
     plan = plan_install(
         config, scope, Layout.for_scope(scope), account=account, now=now, force=force
     )
-    failures = [] if force else failed(run_checks(config.path))
+    failures = [] if force else failed(diagnose(config.path).checks)
     if dry_run:
         click.echo(plan.render())
     if failures:
@@ -312,12 +352,13 @@ def rescue(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
     """Work serve secured (stashes, auto-commits): list it; `apply` or `branch` one."""
     if ctx.invoked_subcommand is not None:
         return
+    from agent_runner.observe.contracts import RescueDocument, RescueEntry
     from agent_runner.supervisor.rescue import render_secured, secured_work
 
     config = load(config_path)
     entries = secured_work(config)
     if as_json:
-        print_json({"secured": [entry.to_dict() for entry in entries]})
+        print_json(RescueDocument(secured=[RescueEntry(**entry.to_dict()) for entry in entries]))
     else:
         click.echo(render_secured(entries, config.runtime.work_dir))
 
@@ -362,11 +403,12 @@ def plugins() -> None:
 @config_option
 def plugins_list(as_json: bool, config_path: Path | None) -> None:
     """Show discovered plugins: provenance, pin state, digest, what serve admitted."""
+    from agent_runner.observe.contracts import PluginsDocument
     from agent_runner.observe.pluginlist import plugin_rows, render_rows
 
     rows = plugin_rows(load(config_path))
     if as_json:
-        print_json({"plugins": rows})
+        print_json(PluginsDocument(plugins=rows))
     else:
         click.echo(render_rows(rows))
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from agent_runner import vcs
 from agent_runner.config import load_config
 from agent_runner.events import format_event
-from agent_runner.observe.peek import render_peek, snapshot
+from agent_runner.observe.peek import snapshot
+from agent_runner.observe.render import render_peek
 from agent_runner.scaffold import write_project
 from agent_runner.supervisor.serve import run_serve
 

@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILURE = 1
     USAGE = 2
+    NOT_RUNNING = 3  # `status`: serve is not running (the LSB code `systemctl status` uses)
     GAVE_UP = 69  # EX_UNAVAILABLE: a breaker tripped; restarting would burn quota
     LOCKED = 73  # EX_CANTCREAT: another serve holds the lock
     CONFIG = 78  # EX_CONFIG: bad config, or a required sandbox is not achievable

@@ -319,6 +319,14 @@ class EventLog:
         with self._lock:
             self._logger.msg(kind, **fields)
 
+    def record(self, kind: str, **fields: Any) -> None:
+        """Write one event to the file but not the console: the caller reports it there itself."""
+        echo, self.echo = self.echo, None
+        try:
+            self.emit(kind, **fields)
+        finally:
+            self.echo = echo
+
     def msg(self, line: str) -> None:
         """structlog's sink: write one rendered line."""
         # The processors made every string valid UTF-8; this is only the last line of defence.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from agent_runner.supervisor.state import read_state
 from tests.conftest import cli_argv, run_cli
+from tests.contracts import conforming
 from tests.integration.conftest import Project
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -52,7 +52,8 @@ def verdicts(project: Project) -> dict[str, dict[str, Any]]:
 def listed(project: Project, site: Path) -> dict[str, dict[str, Any]]:
     done = cli(project, "plugins", "list", "--json", before=(site,))
     assert done.returncode == 0, done.stderr
-    return {row["name"]: row for row in json.loads(done.stdout)["plugins"] if row["site"]}
+    rows = conforming("plugins list --json", done.stdout)["plugins"]
+    return {row["name"]: row for row in rows if row["site"]}
 
 
 def pin(project: Project, site: Path, name: str) -> str:
@@ -66,7 +67,7 @@ def pin(project: Project, site: Path, name: str) -> str:
 def peek(project: Project, site: Path) -> dict[str, Any]:
     done = cli(project, "peek", "--json", before=(site,))
     assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+    return dict(conforming("peek --json", done.stdout))
 
 
 def fork_servers(serve_pid: int) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -13,8 +14,9 @@ from typing import Any
 
 from agent_runner.errors import UsageError
 from agent_runner.events import event_files, format_event, iter_events, open_event_file, parse_line
+from agent_runner.observe.contracts import SCHEMA_VERSION
 
-__all__ = ["EventFilter", "format_event", "query"]
+__all__ = ["EventFilter", "format_event", "json_line", "query"]
 
 FOLLOW_INTERVAL_S = 0.5
 _CHUNK = 1024 * 1024
@@ -45,6 +47,13 @@ class EventFilter:
         if self.round_no is not None and event.get("round") != self.round_no:
             return False
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
+
+
+def json_line(event: dict[str, Any]) -> str:
+    """One line of `events --json`: the event with `schema_version` first (docs/json.md)."""
+    line = {"schema_version": SCHEMA_VERSION}
+    line.update((key, value) for key, value in event.items() if key != "schema_version")
+    return json.dumps(line, ensure_ascii=False)
 
 
 def _since_ts(text: str, now: float | None) -> str:

@@ -16,9 +16,19 @@ from typing import Any
 
 from agent_runner.config import default_log_dir, load_config, state_home
 from agent_runner.errors import AgentRunnerError
+from agent_runner.observe.contracts import (
+    ALIVE_STATES,
+    HostDocument,
+    HostProject,
+    HostUnit,
+    RoundSummary,
+    Spent,
+    from_json,
+)
+from agent_runner.observe.peek import Recorded, backoff_block, supervisor_block
 from agent_runner.supervisor.budget import Ledger
-from agent_runner.supervisor.instance import PID_FILE, read_holder
-from agent_runner.supervisor.state import STATE_NAME, load_state
+from agent_runner.supervisor.instance import PID_FILE
+from agent_runner.supervisor.state import STATE_NAME, recent_summaries
 from agent_runner.systemd.state import installed_instances
 
 MAX_PROJECTS = 10_000  # folders looked at under the state home
@@ -27,11 +37,11 @@ MAX_PROJECTS = 10_000  # folders looked at under the state home
 @dataclass
 class _Found:
     log_dir: Path
-    units: list[dict[str, str]] = field(default_factory=list)
+    units: list[HostUnit] = field(default_factory=list)
     config_problem: str | None = None
 
 
-def host_report(*, now: float | None = None) -> dict[str, Any]:
+def host_report(*, now: float | None = None) -> HostDocument:
     """Every project with state on this host, and every installed unit's project."""
     now = time.time() if now is None else now
     home = state_home() / "agent-runner"
@@ -41,12 +51,12 @@ def host_report(*, now: float | None = None) -> dict[str, Any]:
     for unit, scope, project in installed_instances():
         log_dir, problem = _unit_log_dir(Path(project))
         entry = found.setdefault(str(log_dir), _Found(log_dir))
-        entry.units.append({"unit": unit, "scope": scope, "project_dir": project})
+        entry.units.append(HostUnit(unit=unit, scope=scope, project_dir=project))
         entry.config_problem = entry.config_problem or problem
     midnight = _local_midnight(now)
     projects = [_project(entry, now, midnight) for entry in found.values()]
-    projects.sort(key=lambda p: (not p["running"], p["name"]))
-    return {"state_home": str(home), "projects": projects}
+    projects.sort(key=lambda p: (p.supervisor.state not in ALIVE_STATES, p.name))
+    return HostDocument(state_home=str(home), projects=projects)
 
 
 def _state_folders(home: Path) -> list[Path]:
@@ -85,52 +95,35 @@ def _unit_log_dir(project: Path) -> tuple[Path, str | None]:
         return default_log_dir(project), str(exc)
 
 
-def _project(found: _Found, now: float, midnight: float) -> dict[str, Any]:
+def _project(found: _Found, now: float, midnight: float) -> HostProject:
     log_dir = found.log_dir
-    state, problem = load_state(log_dir)
-    holder = read_holder(log_dir)
-    running = holder is not None
-    supervisor = _dict(state.get("supervisor"))
-    loop = _dict(state.get("loop"))
-    last = _dict(state.get("last_round"))
-    current = _dict(state.get("round")) if running else {}
-    until = loop.get("backoff_until")
-    backing_off = isinstance(until, int | float) and until > now
+    recorded = Recorded(log_dir, now)
+    state = recorded.state
+    current = state.get("round") if recorded.current else None
+    number = current.get("number") if isinstance(current, dict) else None
     today = (Ledger.from_state(state.get("budget")) or Ledger()).since(midnight)
-    project = _dict(state.get("project"))
-    work_dir = project.get("work_dir") or (found.units[0]["project_dir"] if found.units else None)
-    return {
-        "name": log_dir.name,
-        "log_dir": str(log_dir),
-        "work_dir": work_dir,
-        "running": running,
-        "pid": holder.pid if holder else None,
-        "phase": supervisor.get("phase") if running else _ended(supervisor),
-        "round": current.get("number"),
-        "backoff": {
-            "active": backing_off,
-            "until": until if backing_off else None,
-            "classification": loop.get("backoff_class") if backing_off else None,
-        },
-        "last_exit": {k: last.get(k) for k in ("round", "exit_cause", "exit_code")}
-        if last
-        else None,
-        "today": {"rounds": today.rounds, "tokens": today.tokens, "cost_usd": today.cost_usd},
-        "units": found.units,
-        "problem": _problem(problem, found.config_problem),
-    }
+    summaries = recent_summaries(state)
+    work_dir = _dict(state.get("project")).get("work_dir")
+    if not isinstance(work_dir, str):
+        work_dir = found.units[0].project_dir if found.units else None
+    return HostProject(
+        name=log_dir.name,
+        log_dir=str(log_dir),
+        work_dir=work_dir,
+        supervisor=supervisor_block(recorded),
+        round=number if type(number) is int else None,
+        backoff=backoff_block(recorded),
+        last_round=from_json(RoundSummary, summaries[0]) if summaries else None,
+        today=Spent(rounds=today.rounds, tokens=today.tokens, cost_usd=today.cost_usd),
+        units=found.units,
+        problem=_problem(recorded.damage, found.config_problem),
+    )
 
 
 def _problem(state_problem: str | None, config_problem: str | None) -> str | None:
     if state_problem is not None:
         return f"state.json: {state_problem}"
     return config_problem
-
-
-def _ended(supervisor: dict[str, Any]) -> str | None:
-    if not supervisor:
-        return None
-    return "crashed" if supervisor.get("phase") == "crashed" else "stopped"
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -142,31 +135,27 @@ def _local_midnight(now: float) -> float:
     return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
-def render_host(report: dict[str, Any]) -> str:
-    """One line per project, running ones first."""
-    projects = report["projects"]
-    if not projects:
-        return f"no projects with state under {report['state_home']}"
+def render_host(report: HostDocument) -> str:
+    """Two lines per project, running ones first."""
+    if not report.projects:
+        return f"no projects with state under {report.state_home}"
     lines = []
-    for p in projects:
-        if p["running"]:
-            state = f"running (pid {p['pid']}, {p['phase']})"
-            state += f", round {p['round']}" if p["round"] else ""
+    for p in report.projects:
+        sup = p.supervisor
+        if sup.state in ALIVE_STATES:
+            text = f"{sup.state} (pid {sup.pid})" + (f", round {p.round}" if p.round else "")
         else:
-            state = "not running" + (f" ({p['phase']})" if p["phase"] else "")
-        last = p["last_exit"]
-        if last:
-            state += f"; last exit: round {last['round']} {last['exit_cause']}"
-        backoff = p["backoff"]
-        if backoff["active"]:
-            clock = time.strftime("%H:%M", time.localtime(backoff["until"]))
-            state += f"; back-off until {clock} ({backoff['classification']})"
-        today = p["today"]
-        state += f"; today {today['rounds']} rounds, ${today['cost_usd']:g} reported"
-        where = p["work_dir"] or p["log_dir"]
-        units = ", ".join(u["unit"] for u in p["units"])
-        lines.append(f"{p['name']}  {where}" + (f"  [{units}]" if units else ""))
-        lines.append(f"    {state}")
-        if p["problem"]:
-            lines.append(f"    problem: {p['problem']}")
+            text = f"not running ({sup.state})"
+        last = p.last_round
+        if last is not None:
+            text += f"; last exit: round {last.round} {last.exit_cause}"
+        if p.backoff is not None:
+            clock = time.strftime("%H:%M", time.localtime(p.backoff.until))
+            text += f"; back-off until {clock} ({p.backoff.classification})"
+        text += f"; today {p.today.rounds} rounds, ${p.today.cost_usd:g} reported"
+        units = ", ".join(u.unit for u in p.units)
+        lines.append(f"{p.name}  {p.work_dir or p.log_dir}" + (f"  [{units}]" if units else ""))
+        lines.append(f"    {text}")
+        if p.problem:
+            lines.append(f"    problem: {p.problem}")
     return "\n".join(lines)

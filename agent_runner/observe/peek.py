@@ -1,136 +1,329 @@
-"""`peek` and `status`: a snapshot built from state.json, the lock and the event log's tail.
+"""`peek` and `status`: the project's state from state.json, the lock and the event log's tail.
 
-Read-only and fast: it reads one small JSON file and the last few events, never the whole
-log, and never imports plugin code.
+Read-only and fast: one small JSON file and the last few events, never the whole log, and no
+plugin code. Whatever state.json holds, the documents conform to their schemas.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.errors import UsageError
-from agent_runner.events import format_event, tail_events
+from agent_runner.events import redact_argv, tail_events
+from agent_runner.observe.contracts import (
+    Backoff,
+    Breaker,
+    Budget,
+    BudgetWaiting,
+    Defense,
+    Deferral,
+    Notify,
+    NotifyRun,
+    PeekDocument,
+    PendingStop,
+    PluginEntry,
+    Plugins,
+    Project,
+    Round,
+    RoundsSpent,
+    RoundSummary,
+    SandboxReport,
+    SpendCaps,
+    Spent,
+    StatusDocument,
+    Supervisor,
+    SupervisorState,
+    Unit,
+    from_json,
+)
 from agent_runner.supervisor.budget import DAY_S, HOUR_S, Ledger
 from agent_runner.supervisor.instance import read_holder
+from agent_runner.supervisor.policy import LoopState, breaker_streaks
 from agent_runner.supervisor.process import transcript_path
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.state import load_state, loop_from_state, recent_summaries
+from agent_runner.supervisor.strays import process_start_ticks
+from agent_runner.vcs.run import HARDENING_ARGS
+
+# serve's phases (state.json) as the states peek reports while serve runs; any other is waiting.
+_PHASE_STATES: dict[str, SupervisorState] = {
+    "running": "running",
+    "backoff": "backoff",
+    "deferred": "deferred",
+    "stopping": "stopping",
+}
+_WAITING_FOR = {
+    "starting": "starting up",
+    "restart_delay": "the restart delay",
+    "waiting_for_prompt": "a prompt file that is missing or empty",
+    "budget_wait": "a spend cap (see budget.waiting)",
+    "between_rounds": "the next round",
+}
 
 
-def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> dict[str, Any]:
-    """Everything an operator asks first, as plain JSON data."""
-    now = time.time() if now is None else now
-    log_dir = config.runtime.log_dir
-    state = read_state(log_dir)
-    holder = read_holder(log_dir)
-    supervisor = state.get("supervisor") or {}
-    running = holder is not None
-    loop = state.get("loop") or {}
-    until = loop.get("backoff_until")
-    active_round = state.get("round") if running else None
-    if isinstance(active_round, dict) and isinstance(active_round.get("started_at"), int | float):
-        active_round = {**active_round, "elapsed_s": round(now - active_round["started_at"], 1)}
-        number = active_round.get("number")
-        if type(number) is int and number > 0:
-            silent = _silent_s(transcript_path(log_dir, number), now)
-            active_round["silent_s"] = None if silent is None else round(silent, 1)
-    started = supervisor.get("started_at")
-    return {
-        "project": {
-            "config": str(config.path),
-            "work_dir": str(config.runtime.work_dir),
-            "log_dir": str(log_dir),
-            "agent": list(config.agent.command),
-            "parser": config.agent.parser,
-            "idle_timeout_s": config.runtime.idle_timeout_s,
-        },
-        "supervisor": {
-            "running": running,
-            "pid": holder.pid if holder else None,
-            "phase": supervisor.get("phase") if running else _ended_phase(supervisor),
-            "uptime_s": round(now - started, 1)
-            if running and isinstance(started, int | float)
-            else None,
-            "version": supervisor.get("version"),
-            # How a round's leftovers are killed: {"mode": "cgroup", "cgroup": base} or
-            # {"mode": "fallback", "reason": why there is no cgroup}.
-            "reaping": state.get("reaping") if running else None,
-            "stop_pending": state.get("stop") if running else None,
-        },
-        "round": active_round,
-        "deferred": _deferred(state, now) if running else None,
-        "last_round": state.get("last_round"),
-        "rounds_run": state.get("rounds_run", 0),
-        "backoff": {
-            "active": isinstance(until, int | float) and until > now,
-            "until": until,
-            "classification": loop.get("backoff_class"),
-            "remaining_s": round(until - now, 1)
-            if isinstance(until, int | float) and until > now
-            else 0,
-        },
-        "breakers": {
-            "crash_loop": {
-                "count": loop.get("crash_streak", 0),
-                "limit": config.breakers.crash_loop_rounds,
-            },
-            "stalled_no_progress": {
-                "count": loop.get("stall_streak", 0),
-                "limit": config.breakers.stalled_rounds,
-            },
-            "auth_failed": {
-                "count": loop.get("auth_streak", 0),
-                "limit": config.breakers.auth_failed_rounds,
-            },
-        },
-        "budget": budget_report(config, state, running=running, now=now),
-        "notify": _notify_report(config, state.get("notify")),
-        "plugins": state.get("plugins", []),
-        "sandbox": state.get("sandbox"),
-        "events": tail_events(log_dir, events) if events else [],
-    }
+LAST_ROUNDS = 10
 
 
-def budget_report(
-    config: Config | None, state: dict[str, Any], *, running: bool, now: float
-) -> dict[str, Any]:
+class Recorded:
+    """A log_dir's state.json and serve.pid as read once: what the supervisor block needs."""
+
+    def __init__(self, log_dir: Path, now: float) -> None:
+        self.now = now
+        self.state, self.damage = load_state(log_dir)
+        self.holder = read_holder(log_dir)
+        supervisor = self.state.get("supervisor")
+        self.recorded: dict[str, Any] = supervisor if isinstance(supervisor, dict) else {}
+        phase = self.recorded.get("phase")
+        self.phase = phase if isinstance(phase, str) else None
+        # The state file is this serve's only once it has written it (boot, first transition).
+        self.current = self.holder is not None and self.recorded.get("pid") == self.holder.pid
+        self.loop = loop_from_state(self.state.get("loop"), clean_exit=False, latest=math.inf)
+
+    def detail(self) -> dict[str, Any]:
+        value = self.state.get("phase_detail")
+        return value if isinstance(value, dict) else {}
+
+
+class View(Recorded):
+    """A project's recorded state with its config: what every block of peek is built from."""
+
+    def __init__(self, config: Config, now: float) -> None:
+        super().__init__(config.runtime.log_dir, now)
+        self.config = config
+
+
+def snapshot(config: Config, *, events: int = 10, now: float | None = None) -> PeekDocument:
+    """Everything an operator asks first."""
+    view = View(config, time.time() if now is None else now)
+    return PeekDocument(
+        project=project_block(config),
+        supervisor=supervisor_block(view),
+        round=round_block(view),
+        last_rounds=[
+            summary
+            for summary in (from_json(RoundSummary, raw) for raw in recent_summaries(view.state))
+            if summary is not None
+        ][:LAST_ROUNDS],
+        backoff=backoff_block(view),
+        deferred=deferral_block(view),
+        breakers={
+            name: Breaker(count=count, limit=limit)
+            for name, (count, limit) in breaker_streaks(view.loop, config.breakers).items()
+        },
+        budget=budget_block(config, view.state, running=view.current, now=view.now),
+        notify=notify_block(config, view.state.get("notify")),
+        plugins=plugins_block(view),
+        defenses=defenses(view),
+        events=tail_events(config.runtime.log_dir, events) if events else [],
+    )
+
+
+def status_document(
+    config: Config, unit: dict[str, Any] | None, *, now: float | None = None
+) -> StatusDocument:
+    """Is serve running: the supervisor block, its round and the systemd unit."""
+    view = View(config, time.time() if now is None else now)
+    return StatusDocument(
+        project=project_block(config),
+        supervisor=supervisor_block(view),
+        round=round_block(view),
+        systemd=None if unit is None else from_json(Unit, unit),
+    )
+
+
+def project_block(config: Config) -> Project:
+    return Project(
+        config=str(config.path),
+        work_dir=str(config.runtime.work_dir),
+        log_dir=str(config.runtime.log_dir),
+        agent=redact_argv(list(config.agent.command)),
+        parser=config.agent.parser,
+        idle_timeout_s=config.runtime.idle_timeout_s,
+    )
+
+
+def supervisor_block(view: Recorded) -> Supervisor:
+    recorded = view.recorded
+    # A serve that has not written state.json yet must not be shown with the last one's start.
+    known = view.current or view.holder is None
+    started = _number(recorded.get("started_at")) if known else None
+    version = recorded.get("version")
+    rounds = view.state.get("rounds_run")
+    state, reason = supervisor_state(view)
+    pid = view.holder.pid if view.holder is not None else _int(recorded.get("pid"))
+    return Supervisor(
+        state=state,
+        pid=pid if state not in ("stopped", "crashed") else None,
+        started_at=started,
+        uptime_s=round(view.now - started, 1) if view.current and started is not None else None,
+        version=version if isinstance(version, str) else None,
+        rounds_run=rounds if type(rounds) is int and rounds >= 0 else 0,
+        pending_stop=from_json(PendingStop, view.state.get("stop")) if view.current else None,
+        reason=reason,
+    )
+
+
+def supervisor_state(view: Recorded) -> tuple[SupervisorState, str | None]:  # noqa: PLR0911
+    """One state, and why: from the live process first, then from what state.json says."""
+    reason = view.detail().get("reason")
+    reason = reason if isinstance(reason, str) else None
+    if view.holder is not None:
+        if view.damage is not None:
+            return "waiting", f"state.json is damaged ({view.damage}); serve rewrites it soon"
+        if not view.current:
+            return "waiting", "starting up"
+        if view.state.get("stop") is not None:
+            return "stopping", None
+        state = _PHASE_STATES.get(view.phase or "", "waiting")
+        if state == "waiting":
+            return state, f"waiting for {_WAITING_FOR.get(view.phase or '', 'the next round')}"
+        return state, reason if state == "deferred" else None
+    if view.damage is not None:
+        return "stopped", f"state.json is damaged ({view.damage}); serve starts afresh"
+    if view.phase == "crashed":
+        return "crashed", reason
+    if view.phase in (None, "stopped"):
+        return "stopped", reason
+    pid, ticks = _int(view.recorded.get("pid")), view.recorded.get("start_ticks")
+    seen = None if pid is None else process_start_ticks(pid)
+    if seen is None:
+        gone = f"pid {pid} is gone" if pid is not None else "it names no pid"
+    else:
+        gone = f"pid {pid} is another process now" if seen != ticks else f"pid {pid} lost its lock"
+    return "stale", f"state.json says {view.phase}, but {gone} (killed, or the host rebooted)"
+
+
+def select_path(document: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path such as `backoff.until`; UsageError names the first miss."""
+    value: Any = document
+    parts = path.split(".")
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[:depth]) or "the document"
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict):
+            keys = ", ".join(value) or "none"
+            raise UsageError(f"--select {path}: {where} has no key {part!r} (keys: {keys})")
+        elif isinstance(value, list):
+            raise UsageError(f"--select {path}: {where} has no item {part!r} ({len(value)} items)")
+        else:
+            shown = json.dumps(value)[:40]
+            raise UsageError(f"--select {path}: {where} is {shown}, which has no key {part!r}")
+    return value
+
+
+def round_block(view: View) -> Round | None:
+    current = view.state.get("round")
+    if not view.current or view.phase != "running" or not isinstance(current, dict):
+        return None
+    number = _int(current.get("number"))
+    if number is None:
+        return None
+    started = _number(current.get("started_at"))
+    budget = _number(current.get("budget_s"))
+    cgroup = current.get("cgroup")
+    return Round(
+        n=number,
+        started_at=started,
+        elapsed_s=None if started is None else round(max(0.0, view.now - started), 1),
+        budget_s=view.config.runtime.round_budget_s if budget is None else budget,
+        agent_pid=_int(current.get("pid")),
+        cgroup=cgroup if isinstance(cgroup, str) else None,
+        silent_s=_silent_s(transcript_path(view.config.runtime.log_dir, number), view.now)
+        if number > 0
+        else None,
+    )
+
+
+def backoff_block(view: Recorded) -> Backoff | None:
+    loop: LoopState = view.loop
+    until = loop.backoff_until
+    if until is None or until <= view.now:
+        return None
+    reason = view.state.get("backoff_reason")
+    return Backoff(
+        until=until,
+        remaining_s=round(until - view.now, 1),
+        classification=loop.backoff_class,
+        reason=reason if isinstance(reason, str) else None,
+        source=loop.backoff_source,
+    )
+
+
+def deferral_block(view: View) -> Deferral | None:
+    """While spawn hooks hold the next round back: which hook, why, and until when."""
+    detail = view.detail()
+    if not view.current or view.phase != "deferred":
+        return None
+    until = _number(detail.get("until"))
+    texts = [detail.get(key) for key in ("action", "hook", "reason")]
+    if not all(isinstance(text, str) for text in texts):
+        return None
+    action, hook, reason = (str(text) for text in texts)
+    return Deferral(
+        action=action,
+        hook=hook,
+        reason=reason,
+        until=until,
+        remaining_s=None if until is None else round(max(0.0, until - view.now), 1),
+    )
+
+
+def budget_block(config: Config, state: dict[str, Any], *, running: bool, now: float) -> Budget:
     """The caps, what the rolling windows hold now, and the wait serve is in, if any."""
     ledger = Ledger.from_state(state.get("budget")) or Ledger()
     day, hour = ledger.totals(now, DAY_S), ledger.totals(now, HOUR_S)
-    detail = state.get("phase_detail") or {}
+    supervisor = state.get("supervisor")
+    phase = supervisor.get("phase") if isinstance(supervisor, dict) else None
+    detail = state.get("phase_detail")
     waiting = None
-    phase = (state.get("supervisor") or {}).get("phase")
-    if running and phase == "budget_wait" and isinstance(detail.get("until"), int | float):
-        waiting = {
-            "cap": detail.get("cap"),
-            "used": detail.get("used"),
-            "limit": detail.get("limit"),
-            "until": detail["until"],
-            "remaining_s": round(max(0.0, detail["until"] - now), 1),
-        }
-    return {
-        "caps": None if config is None else asdict(config.budget),
-        "last_24h": {"rounds": day.rounds, "tokens": day.tokens, "cost_usd": day.cost_usd},
-        "last_hour": {"rounds": hour.rounds},
-        "waiting": waiting,
-    }
+    if running and phase == "budget_wait" and isinstance(detail, dict):
+        until = _number(detail.get("until"))
+        used, limit, cap = (
+            _number(detail.get("used")),
+            _number(detail.get("limit")),
+            detail.get("cap"),
+        )
+        if until is not None and used is not None and limit is not None and isinstance(cap, str):
+            waiting = BudgetWaiting(
+                cap=cap,
+                used=used,
+                limit=limit,
+                until=until,
+                remaining_s=round(max(0.0, until - now), 1),
+            )
+    caps = config.budget
+    return Budget(
+        caps=SpendCaps(
+            max_cost_usd_per_day=caps.max_cost_usd_per_day,
+            max_tokens_per_day=caps.max_tokens_per_day,
+            max_rounds_per_hour=caps.max_rounds_per_hour,
+        ),
+        last_24h=Spent(rounds=day.rounds, tokens=day.tokens, cost_usd=day.cost_usd),
+        last_hour=RoundsSpent(rounds=hour.rounds),
+        waiting=waiting,
+    )
 
 
-def _notify_report(config: Config, kept: Any) -> dict[str, Any]:
-    """The configured command and kinds; how serve's runs of it went (state.json)."""
+def notify_block(config: Config, kept: Any) -> Notify:
+    """The configured command and kinds; how the last serve's runs of it went (state.json)."""
     kept = kept if isinstance(kept, dict) else {}
     counts = {k: kept.get(k) if type(kept.get(k)) is int else 0 for k in _NOTIFY_COUNTS}
-    last = kept.get("last")
-    return {
-        "command": list(config.notify.command),
-        "on": list(config.notify.on),
-        **counts,
-        "last": last if isinstance(last, dict) else None,
-    }
+    return Notify(
+        command=list(config.notify.command),
+        on=list(config.notify.on),
+        sent=counts["sent"],
+        failed=counts["failed"],
+        rate_limited=counts["rate_limited"],
+        last=from_json(NotifyRun, kept.get("last")),
+    )
 
 
 _NOTIFY_COUNTS = ("sent", "failed", "rate_limited")
@@ -142,176 +335,136 @@ def _silent_s(transcript: Path, now: float) -> float | None:
         info = os.stat(transcript, follow_symlinks=False)
     except OSError:
         return None
-    return max(0.0, now - info.st_mtime)
+    return round(max(0.0, now - info.st_mtime), 1)
 
 
-def _ended_phase(supervisor: dict[str, Any]) -> str:
-    # A serve that died of an internal error says so; any other ended serve is "stopped".
-    return "crashed" if supervisor.get("phase") == "crashed" else "stopped"
-
-
-def _deferred(state: dict[str, Any], now: float) -> dict[str, Any] | None:
-    """While spawn hooks hold the next round back: which hook, why, and until when."""
-    detail = state.get("phase_detail")
-    if (state.get("supervisor") or {}).get("phase") != "deferred" or not isinstance(detail, dict):
-        return None
-    until = detail.get("until")
-    remaining = round(max(0.0, until - now), 1) if isinstance(until, int | float) else None
-    return {
-        "action": detail.get("action"),
-        "hook": detail.get("hook"),
-        "reason": detail.get("reason"),
-        "until": until,
-        "remaining_s": remaining,
-    }
-
-
-def select_path(snap: dict[str, Any], path: str) -> Any:
-    """The value at a dotted path such as `backoff.until`."""
-    value: Any = snap
-    for part in path.split("."):
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            raise UsageError(f"--select {path}: no {part!r} here")
-    return value
-
-
-def render_peek(snap: dict[str, Any]) -> str:
-    """The snapshot as a few human-readable lines."""
-    sup, last, backoff = snap["supervisor"], snap["last_round"], snap["backoff"]
-    lines = [f"project     {snap['project']['work_dir']}"]
-    if sup["running"]:
-        lines.append(
-            f"supervisor  running (pid {sup['pid']}, up {sup['uptime_s']}s, {sup['phase']})"
-        )
+def plugins_block(view: View) -> Plugins:
+    sandbox = from_json(SandboxReport, view.state.get("sandbox"))
+    rows = view.state.get("plugins")
+    entries = [from_json(PluginEntry, row) for row in rows] if isinstance(rows, list) else []
+    if sandbox is not None:
+        reason = None
+    elif not view.state:
+        reason = "no serve has run here yet (`agent-runner doctor` probes the sandbox now)"
     else:
-        ended = " (its last run crashed)" if sup["phase"] == "crashed" else ""
-        lines.append(f"supervisor  not running{ended}")
-    if sup.get("stop_pending"):
-        pending = sup["stop_pending"]
-        lines.append(f"stop        pending ({pending['mode']}, from {pending['source']})")
-    if sup.get("reaping"):
-        lines.append(f"reaping     {describe_reaping(sup['reaping'])}")
-    if snap["round"]:
-        current = snap["round"]
-        silent = current.get("silent_s")
-        idle = snap["project"]["idle_timeout_s"]
-        quiet = "" if silent is None else f", silent {silent}s"
-        quiet += f" (ended at {idle:g}s)" if silent is not None and idle else ""
-        elapsed = current.get("elapsed_s")
-        lines.append(f"round       {current['number']} running for {elapsed}s{quiet}")
-    if last:
-        lines.append(
-            f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "
-            f"in {last['duration_s']}s"
-            + (f", transient {last['transient']}" if last.get("transient") else "")
-            + _secured_note(last)
-        )
-    deferred = snap["deferred"]
-    if deferred:
-        lines.append(
-            f"deferred    {deferred['action']} by {deferred['hook']}, "
-            f"{deferred['remaining_s']}s left: {deferred['reason']}"
-        )
-    lines.append(f"rounds run  {snap['rounds_run']}")
-    if backoff["active"]:
-        lines.append(f"back-off    {backoff['classification']}, {backoff['remaining_s']}s left")
-    lines.append(f"budget      {_budget_line(snap['budget'])}")
-    lines.append(f"notify      {_notify_line(snap['notify'])}")
-    breakers = ", ".join(
-        f"{name} {b['count']}/{b['limit']}" for name, b in snap["breakers"].items()
+        reason = "the last serve stopped before it probed the sandbox"
+    return Plugins(
+        sandbox=sandbox,
+        sandbox_reason=reason,
+        entries=[entry for entry in entries if entry is not None],
     )
-    lines.append(f"breakers    {breakers}")
-    lines.append(f"plugins     {_plugins_line(snap['plugins'])}")
-    sandbox = snap["sandbox"]
-    if sandbox:
-        lines.append(f"sandbox     tier {sandbox['tier']} (Landlock ABI {sandbox['landlock_abi']})")
-    else:
-        lines.append("sandbox     not probed yet")
-    lines.extend(format_event(event) for event in snap["events"])
-    return "\n".join(lines)
 
 
-def _secured_note(last: dict[str, Any]) -> str:
-    ref, action = last.get("tree_ref"), last.get("tree_action")
-    if not isinstance(ref, str) or action not in ("stash", "commit", "failed"):
-        return ""
-    done = {"stash": "stashed", "commit": "committed", "failed": "stashed (tree not cleaned)"}
-    return f", work {done[action]} as {ref[:12]} (`agent-runner rescue`)"
+def defenses(view: View) -> list[Defense]:
+    """Each guard between an unattended agent and harm, its value, and whether it is on."""
+    config = view.config
+    runtime, breakers = config.runtime, config.breakers
+    sandbox = from_json(SandboxReport, view.state.get("sandbox"))
+    tier = sandbox.tier if sandbox is not None else None
+    reaping = view.state.get("reaping")
+    reaping = reaping if isinstance(reaping, dict) else {}
+    mode = reaping.get("mode") if reaping.get("mode") in ("cgroup", "fallback") else None
+    overrides = HARDENING_ARGS.count("-c")
+    return [
+        Defense(
+            name="round_budget_s",
+            value=runtime.round_budget_s,
+            active=True,
+            detail="a round older than this is killed with its whole process group",
+        ),
+        Defense(
+            name="sigterm_grace_s",
+            value=config.agent.sigterm_grace_s,
+            active=True,
+            detail="SIGTERM to the agent's group, then SIGKILL after this",
+        ),
+        Defense(
+            name="reaping",
+            value=mode,
+            active=True,
+            detail=describe_reaping(reaping)
+            if mode is not None
+            else "known once serve runs: a cgroup per round where the host gives one, else "
+            "the subreaper and process scans",
+        ),
+        *(
+            Defense(
+                name=f"breaker.{name}",
+                value=limit,
+                active=True,
+                detail=f"give up (exit 69) after {limit} in a row",
+            )
+            for name, (_count, limit) in breaker_streaks(view.loop, breakers).items()
+        ),
+        Defense(
+            name="idle_timeout_s",
+            value=runtime.idle_timeout_s,
+            active=runtime.idle_timeout_s > 0,
+            detail="a round whose transcript stays silent this long is ended"
+            if runtime.idle_timeout_s > 0
+            else "off: a silent round runs until its budget",
+        ),
+        *(
+            Defense(
+                name=f"budget.{name}",
+                value=limit,
+                active=limit is not None,
+                detail=f"serve waits (never gives up) once the {window} reaches it"
+                if limit is not None
+                else "no cap",
+            )
+            for name, limit, window in (
+                ("max_cost_usd_per_day", config.budget.max_cost_usd_per_day, "last 24 h's cost"),
+                ("max_tokens_per_day", config.budget.max_tokens_per_day, "last 24 h's tokens"),
+                ("max_rounds_per_hour", config.budget.max_rounds_per_hour, "last hour's rounds"),
+            )
+        ),
+        Defense(
+            name="backoff_max_wait_s",
+            value=config.backoff.max_wait_s,
+            active=True,
+            detail="no back-off waits longer, whatever the provider says",
+        ),
+        Defense(
+            name="confinement",
+            value=tier,
+            active=tier not in (None, "none") and config.plugins.sandbox != "off",
+            detail=f'plugins.sandbox = "{config.plugins.sandbox}"; '
+            + (f"the last probe achieved tier {tier}" if tier else "not probed yet"),
+        ),
+        Defense(
+            name="hardened_git",
+            value=overrides,
+            active=True,
+            detail=f"git runs with {overrides} -c overrides (no hooks, fsmonitor, pager or "
+            "system config)",
+        ),
+        Defense(
+            name="dirty_action",
+            value=config.vcs.dirty_action,
+            active=config.vcs.dirty_action != "ignore",
+            detail="work left in the tree after a round is "
+            + {"stash": "stashed", "commit": "committed", "ignore": "left as it is"}.get(
+                config.vcs.dirty_action, config.vcs.dirty_action
+            ),
+        ),
+        Defense(
+            name="transcript_max_bytes",
+            value=runtime.transcript_max_bytes,
+            active=True,
+            detail="a transcript keeps its head and tail within this size",
+        ),
+    ]
 
 
-def _notify_line(report: dict[str, Any]) -> str:
-    if not report["command"]:
-        return "off ([notify] command not set)"
-    text = (
-        f"{report['command'][0]} on {', '.join(report['on']) or 'nothing'}: {report['sent']} sent,"
-        f" {report['failed']} failed, {report['rate_limited']} rate-limited"
-    )
-    last = report["last"]
-    if last and not last.get("ok"):
-        text += f" (last failure: {last.get('about') or last.get('kind')}: {last.get('reason')})"
-    return text
+def _number(value: Any) -> float | None:
+    if type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    return None
 
 
-def _budget_line(report: dict[str, Any]) -> str:
-    day = report["last_24h"]
-    text = (
-        f"last 24 h: {day['rounds']} rounds, {day['tokens']} tokens, "
-        f"${day['cost_usd']:g} as reported"
-    )
-    caps = {k: v for k, v in (report["caps"] or {}).items() if v is not None}
-    text += "; caps " + ", ".join(f"{k} {v:g}" for k, v in caps.items()) if caps else "; no caps"
-    waiting = report["waiting"]
-    if waiting:
-        until = time.strftime("%H:%M", time.localtime(waiting["until"]))
-        text += (
-            f"; waiting: {waiting['cap']} {waiting['used']:g}/{waiting['limit']:g}"
-            f" until {until} ({waiting['remaining_s']:g}s)"
-        )
-    return text
-
-
-def _plugins_line(verdicts: Any) -> str:
-    """`2 admitted (a, b), 1 refused (c)` from the verdicts serve left in state.json."""
-    if not isinstance(verdicts, list) or not verdicts:
-        return "not admitted yet"
-    groups: dict[str, list[str]] = {}
-    for verdict in verdicts:
-        if isinstance(verdict, dict):
-            groups.setdefault(str(verdict.get("state")), []).append(str(verdict.get("name")))
-    return ", ".join(f"{len(names)} {kind} ({', '.join(names)})" for kind, names in groups.items())
-
-
-def status_report(config: Config, *, now: float | None = None) -> dict[str, Any]:
-    """Is serve running: pid, uptime, current round."""
-    snap = snapshot(config, events=0, now=now)
-    current = snap["round"]
-    return {
-        "running": snap["supervisor"]["running"],
-        "pid": snap["supervisor"]["pid"],
-        "uptime_s": snap["supervisor"]["uptime_s"],
-        "phase": snap["supervisor"]["phase"],
-        "round": current["number"] if current else None,
-        "log_dir": snap["project"]["log_dir"],
-        "stop_pending": snap["supervisor"]["stop_pending"],
-    }
-
-
-def render_status(report: dict[str, Any]) -> str:
-    if not report["running"]:
-        text = f"not running (log_dir {report['log_dir']})"
-    else:
-        text = f"running: pid {report['pid']}, up {report['uptime_s']}s, {report['phase']}"
-        text += f", round {report['round']}" if report["round"] else ""
-        if report.get("stop_pending"):
-            text += f", stop pending ({report['stop_pending']['mode']})"
-    unit = report.get("systemd")
-    if unit:
-        text += f"\nsystemd: {unit['unit']} ({unit['scope']}): {unit['active']}, {unit['enabled']}"
-    return text
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def describe_reaping(reaping: dict[str, Any]) -> str:

@@ -6,22 +6,22 @@ what serve admitted (families, state) from state.json.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent_runner.config import Config
+from agent_runner.observe.contracts import PluginEntry, from_json, to_json
 from agent_runner.plugins import discovery
 from agent_runner.plugins.admission import builtin_verdict
 from agent_runner.plugins.builtin import BUILTINS
 from agent_runner.plugins.trust import Assessment, assess_all, running_package
 from agent_runner.supervisor.state import read_state
 
-NOT_ADMITTED = "not admitted yet"
 
-
-def plugin_rows(config: Config) -> list[dict[str, Any]]:
-    """One row per builtin and per discovered third-party entry, as plain JSON data."""
+def plugin_rows(config: Config) -> list[PluginEntry]:
+    """One entry per builtin and per discovered third-party entry point."""
     admitted = _admitted_by_serve(config)
-    rows = [builtin_verdict(name).to_dict() | {"failures": 0} for name in BUILTINS]
+    rows = [PluginEntry(**to_json(builtin_verdict(name).to_dict())) for name in BUILTINS]
     candidates = discovery.installed(config.runtime.work_dir)
     pins = config.plugins.pin
     for checked in assess_all(candidates, pins, running_package()):
@@ -31,63 +31,65 @@ def plugin_rows(config: Config) -> list[dict[str, Any]]:
 
 
 def _row(
-    checked: Assessment, config: Config, admitted: dict[tuple[str, str, str], dict[str, Any]]
-) -> dict[str, Any]:
+    checked: Assessment, config: Config, admitted: dict[tuple[str, str, str], PluginEntry]
+) -> PluginEntry:
     candidate = checked.candidate
     dist = candidate.dist
-    row: dict[str, Any] = {
-        "name": candidate.name,
-        "kind": checked.provenance,
-        "dist": dist.name,
-        "version": dist.version,
-        "site": str(dist.site),
-        "pin": checked.pin,
-        "pin_state": checked.pin_state,
-        "digest": checked.digest,
-        "reason": checked.reason,
-        "state": "disabled" if candidate.name in config.plugins.disable else NOT_ADMITTED,
-        "families": None,
-        "event_kinds": None,
-        "tier": None,
-        "failures": 0,
-    }
+    row = PluginEntry(
+        name=candidate.name,
+        kind=checked.provenance,
+        dist=dist.name,
+        version=dist.version,
+        site=str(dist.site),
+        pin=checked.pin,
+        pin_state=checked.pin_state,
+        digest=checked.digest,
+        reason=checked.reason,
+        state="disabled" if candidate.name in config.plugins.disable else "not_admitted",
+    )
     seen = admitted.get((candidate.name, dist.name, str(dist.site)))
     # What serve decided holds only for the files it saw: a changed distribution is news.
-    if seen is not None and seen.get("digest") in (None, checked.digest):
-        row |= {key: seen.get(key) for key in ("state", "families", "event_kinds", "tier")}
-        row["failures"] = seen.get("failures", 0)
-        if seen.get("state") in ("refused", "quarantined"):
-            row["reason"] = seen.get("reason")
+    if seen is not None and seen.digest in (None, checked.digest):
+        row = replace(
+            row,
+            state=seen.state,
+            families=seen.families,
+            event_kinds=seen.event_kinds,
+            tier=seen.tier,
+            failures=seen.failures,
+            reason=seen.reason if seen.state in ("refused", "quarantined") else row.reason,
+        )
     return row
 
 
-def _admitted_by_serve(config: Config) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _admitted_by_serve(config: Config) -> dict[tuple[str, str, str], PluginEntry]:
     """The verdicts the last serve left in state.json, by (name, dist, site)."""
-    verdicts = read_state(config.runtime.log_dir).get("plugins")
+    verdicts: Any = read_state(config.runtime.log_dir).get("plugins")
     if not isinstance(verdicts, list):
         return {}
     found = {}
     for verdict in verdicts:
-        if isinstance(verdict, dict) and verdict.get("kind") != "builtin":
-            key = (str(verdict.get("name")), str(verdict.get("dist")), str(verdict.get("site")))
-            found[key] = verdict
+        entry = from_json(PluginEntry, verdict)
+        if entry is not None and entry.kind != "builtin":
+            found[(entry.name, entry.dist, entry.site)] = entry
     return found
 
 
-def render_rows(rows: list[dict[str, Any]]) -> str:
-    """The rows as a readable block per plugin."""
+def render_rows(rows: list[PluginEntry]) -> str:
+    """The entries as a readable block per plugin."""
     lines = []
     for row in rows:
-        where = "" if row["kind"] == "builtin" else f" ({row['site']})"
-        lines.append(f"{row['name']}  {row['kind']}  {row['dist']} {row['version']}{where}")
-        if row["kind"] != "builtin":
-            lines.append(f"  pin       {row['pin_state']}")
-            lines.append(f"  digest    {row['digest'] or '-'}")
-        failures = f" ({row['failures']} failed calls in a row)" if row.get("failures") else ""
-        lines.append(f"  state     {row['state']}{failures}")
-        if row["reason"]:
-            lines.append(f"  reason    {row['reason']}")
-        lines.append(f"  families  {format_families(row['families'])}")
+        where = "" if row.kind == "builtin" else f" ({row.site})"
+        lines.append(f"{row.name}  {row.kind}  {row.dist} {row.version}{where}")
+        if row.kind != "builtin":
+            lines.append(f"  pin       {row.pin_state}")
+            lines.append(f"  digest    {row.digest or '-'}")
+        failures = f" ({row.failures} failed calls in a row)" if row.failures else ""
+        state = "not admitted yet" if row.state == "not_admitted" else row.state
+        lines.append(f"  state     {state}{failures}")
+        if row.reason:
+            lines.append(f"  reason    {row.reason}")
+        lines.append(f"  families  {format_families(row.families)}")
     return "\n".join(lines)
 
 

@@ -7,10 +7,11 @@ import os
 import select
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from agent_runner.config import Config
-from agent_runner.errors import AgentRunnerError
 from agent_runner.supervisor.instance import open_holder
 from agent_runner.supervisor.state import read_state
 from agent_runner.supervisor.stopping import AFTER_ROUND_SIGNAL, REQUEST_FILE
@@ -18,15 +19,27 @@ from agent_runner.supervisor.stopping import AFTER_ROUND_SIGNAL, REQUEST_FILE
 ACK_POLL_S = 0.05
 
 
-def request_stop(config: Config, *, after_round: bool, timeout_s: float) -> str:
-    """Ask serve to stop; a one-line report, or an error when it neither stops nor agrees."""
+@dataclass(frozen=True)
+class StopOutcome:
+    """What came of a stop request; `timeout` is the only failure."""
+
+    outcome: Literal["stopped", "pending", "not_running", "timeout"]
+    pid: int | None
+    waited_s: float
+    detail: str
+
+
+def request_stop(config: Config, *, after_round: bool, timeout_s: float) -> StopOutcome:
+    """Ask serve to stop; wait until it exits, agrees to stop after its round, or the timeout."""
     log_dir = config.runtime.log_dir
     opened = open_holder(log_dir)
     if opened is None:
-        raise AgentRunnerError(f"no serve is running for {config.runtime.work_dir}")
+        return StopOutcome(
+            "not_running", None, 0.0, f"no serve is running for {config.runtime.work_dir}"
+        )
     holder, pidfd = opened
+    started = time.monotonic()
     try:
-        started = time.monotonic()
         if not after_round:
             _leave_request(log_dir)
         signal.pidfd_send_signal(pidfd, AFTER_ROUND_SIGNAL if after_round else signal.SIGTERM)
@@ -34,16 +47,31 @@ def request_stop(config: Config, *, after_round: bool, timeout_s: float) -> str:
         while True:
             remaining = deadline - time.monotonic()
             readable, _, _ = select.select([pidfd], [], [], max(0.0, min(remaining, ACK_POLL_S)))
+            waited = round(time.monotonic() - started, 3)
             if readable:
-                return f"serve (pid {holder.pid}) stopped after {time.monotonic() - started:.1f}s"
+                return StopOutcome(
+                    "stopped",
+                    holder.pid,
+                    waited,
+                    f"serve (pid {holder.pid}) stopped after {waited:.1f}s",
+                )
             pending = _pending_stop(log_dir)
             if after_round and pending is not None:
-                return f"serve (pid {holder.pid}) stops when {pending} (stop pending)"
+                return StopOutcome(
+                    "pending",
+                    holder.pid,
+                    waited,
+                    f"serve (pid {holder.pid}) stops when {pending} (stop pending)",
+                )
             if remaining <= 0:
-                break
+                return StopOutcome(
+                    "timeout",
+                    holder.pid,
+                    waited,
+                    f"serve (pid {holder.pid}) still running after {timeout_s:g}s",
+                )
     finally:
         os.close(pidfd)
-    raise AgentRunnerError(f"serve (pid {holder.pid}) still running after {timeout_s:g}s")
 
 
 def _leave_request(log_dir: Path) -> None:

@@ -57,6 +57,22 @@ class LoopState:
     backoff_source: Literal["server", "estimated"] | None = None
 
 
+BreakerName = Literal[
+    "crash_loop", "stalled_no_progress", "auth_failed", "setup_failed", "internal_error_loop"
+]
+
+
+def breaker_streaks(state: LoopState, b: BreakersConfig) -> dict[BreakerName, tuple[int, int]]:
+    """Each breaker's streak so far and the count at which it trips."""
+    return {
+        "crash_loop": (state.crash_streak, b.crash_loop_rounds),
+        "stalled_no_progress": (state.stall_streak, b.stalled_rounds),
+        "auth_failed": (state.auth_streak, b.auth_failed_rounds),
+        "setup_failed": (state.setup_streak, b.auth_failed_rounds),
+        "internal_error_loop": (state.internal_errors, b.internal_error_restarts),
+    }
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the loop does next."""
@@ -65,16 +81,7 @@ class Decision:
     delay_s: float = 0.0  # restart delay before the next round (continue)
     until: float | None = None  # back-off end, epoch seconds (backoff)
     source: Literal["server", "estimated"] | None = None
-    breaker: (
-        Literal[
-            "crash_loop",
-            "stalled_no_progress",
-            "auth_failed",
-            "setup_failed",
-            "internal_error_loop",
-        ]
-        | None
-    ) = None
+    breaker: BreakerName | None = None
     count: int = 0
     recovered: str | None = None  # a back-off class this round recovered from
 

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import selectors
+import shutil
 import signal
 import stat
 import subprocess
@@ -24,6 +25,7 @@ from typing import IO, Literal
 
 from agent_runner.errors import AgentRunnerError
 from agent_runner.supervisor.gate import ExecFailure, GatedChild
+from agent_runner.supervisor.program import interpreter_problem
 from agent_runner.supervisor.strays import process_start_ticks
 
 TRANSCRIPT_MODE = 0o600
@@ -129,7 +131,7 @@ class AgentProcess:
         if failure is not None:
             _close(stdin_w)
             agent.wait(None)
-            raise SpawnError(_describe_spawn_failure(argv, cwd, failure))
+            raise SpawnError(_describe_spawn_failure(argv, cwd, env, failure))
         if stdin_data is not None:
             # A thread, because a prompt larger than the pipe buffer blocks until the agent reads.
             threading.Thread(
@@ -261,7 +263,8 @@ class HelperCommand:
                 if exc.filename is not None and os.fspath(exc.filename) == argv[0]
                 else "chdir"
             )
-            raise SpawnError(_describe_spawn_failure(argv, cwd, ExecFailure(step, exc))) from exc
+            failure = ExecFailure(step, exc)
+            raise SpawnError(_describe_spawn_failure(argv, cwd, env, failure)) from exc
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:
@@ -385,7 +388,9 @@ def _feed(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _describe_spawn_failure(argv: Sequence[str], cwd: Path, failure: ExecFailure) -> str:
+def _describe_spawn_failure(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], failure: ExecFailure
+) -> str:
     exc = failure.error
     if failure.step == "exec":
         if exc.errno == errno.E2BIG:
@@ -394,6 +399,12 @@ def _describe_spawn_failure(argv: Sequence[str], cwd: Path, failure: ExecFailure
                 "(deliver the prompt on stdin)"
             )
         if exc.errno == errno.ENOENT:
+            # exec says ENOENT for a missing #! interpreter too: name the file that is missing.
+            script = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else None
+            found = Path(script) if script else cwd / argv[0]
+            problem = interpreter_problem(found, env.get("PATH")) if found.is_file() else None
+            if problem is not None:
+                return f"cannot start {argv[0]!r}: {problem}"
             return f"cannot start {argv[0]!r}: not found (is it installed and on PATH?)"
         return f"cannot start {argv[0]!r}: {exc.strerror}"
     return f"cannot start {argv[0]!r} in {cwd}: {exc.strerror}"

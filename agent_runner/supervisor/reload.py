@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from agent_runner.config import Config, load_config
 from agent_runner.errors import ConfigError
 from agent_runner.events import Emit
-from agent_runner.supervisor.boot import check_runnable
+from agent_runner.supervisor.checks import RELOAD_CHECKS, require
 
 # These only take effect when serve restarts: they decide which process, lock and logs we own.
 RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir", "runtime.round_cgroup")
@@ -31,7 +31,7 @@ class ConfigWatcher:
         """The config for the next round."""
         try:
             fresh = load_config(self.running.path)
-            check_runnable(fresh)
+            require(fresh, RELOAD_CHECKS)
         except ConfigError as exc:
             self.report_failure("config", str(exc))
             return self.running

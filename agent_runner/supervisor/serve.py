@@ -19,13 +19,9 @@ from agent_runner.events import EventLog, format_event
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.sdnotify import Notifier
 from agent_runner.supervisor import budget
-from agent_runner.supervisor.boot import (
-    admit_plugins,
-    check_boot,
-    clear_git_leftovers,
-    reap_previous_serve,
-)
+from agent_runner.supervisor.boot import admit_plugins, clear_git_leftovers, reap_previous_serve
 from agent_runner.supervisor.cgroup import CgroupUnavailable, RoundCgroup, RoundCgroups, locate
+from agent_runner.supervisor.checks import require, require_log_dir
 from agent_runner.supervisor.instance import InstanceLock, project_key
 from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
 from agent_runner.supervisor.notify import Notifications
@@ -43,6 +39,7 @@ from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
 from agent_runner.supervisor.state import (
     loop_from_state,
+    recent_summaries,
     recover_ledger,
     recover_state,
     write_state,
@@ -56,6 +53,7 @@ from agent_runner.supervisor.strays import (
 from agent_runner.supervisor.transcript import prune_transcripts
 
 DRAIN_EXTEND_USEC = 15_000_000
+KEPT_SUMMARIES = 10  # the last rounds state.json keeps for peek, newest first
 PROMPT_RETRY_S = 2.0
 BUDGET_RECHECK_S = STOP_FILE_CHECK_S  # a cap raised by a live edit applies this soon
 WALL_CLOCK_RECHECK_S = STOP_FILE_CHECK_S  # costs no extra wakeup: the stop file is due anyway
@@ -82,6 +80,7 @@ def run_serve(
     )
     stop.install()
     try:
+        require_log_dir(config)  # nowhere to write the events of the other checks otherwise
         events = EventLog(runtime.log_dir, clock=clock, echo=echo or _console)
         stop.emit = events.emit
         notify = Notifications.for_config(config, events.emit)
@@ -90,9 +89,9 @@ def run_serve(
         try:
             lock.acquire()
             try:
-                check_boot(config)
+                require(config)
             except ConfigError as exc:
-                events.emit("config_broken", reason=str(exc))
+                events.record("config_broken", reason=str(exc))  # the CLI prints it, once
                 raise
             serve = Serve(config, events, stop, clock, max_rounds, lock=lock, notify=notify)
             with marked_environment(runtime.log_dir):
@@ -125,6 +124,8 @@ class Serve:
     rounds_run: int = 0
     last_round: int = 0
     last_summary: dict[str, Any] | None = None
+    recent: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    backoff_reason: str | None = None  # what the provider said, while a back-off is due
     notifier: Notifier = field(default_factory=Notifier)
     in_git: bool = False
     head: str | None = None
@@ -180,13 +181,7 @@ class Serve:
         emit = self.events.emit
         # The previous serve's counters come first: even a crash from here on must keep them.
         previous = recover_state(self.config.runtime.log_dir, emit, self.clock.now())
-        number = previous.get("last_round_number", 0)
-        self.last_round = number if type(number) is int and number >= 0 else 0
-        self.loop = loop_from_state(
-            previous.get("loop"),
-            clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
-            latest=self.clock.now() + self.config.backoff.max_wait_s,
-        )
+        self._restore(previous)
         self.spend = recover_ledger(previous, self.config.runtime.log_dir, self.clock.now())
         self._state = {
             "supervisor": {
@@ -201,6 +196,8 @@ class Serve:
                 "work_dir": str(self.config.runtime.work_dir),
                 "config": str(self.config.path),
             },
+            "last_rounds": self.recent,
+            "backoff_reason": self.backoff_reason,
             "sandbox": None,
             "plugins": [],
         }
@@ -260,6 +257,20 @@ class Serve:
                 self._save("restart_delay", delay_s=decision.delay_s)
                 self.notifier.status(f"round {self.last_round} done; next in {decision.delay_s:g}s")
                 self._sleep(decision.delay_s)
+
+    def _restore(self, previous: dict[str, Any]) -> None:
+        """Take over what the previous serve left: round numbers, counters, recent rounds."""
+        number = previous.get("last_round_number", 0)
+        self.last_round = number if type(number) is int and number >= 0 else 0
+        self.loop = loop_from_state(
+            previous.get("loop"),
+            clean_exit=(previous.get("supervisor") or {}).get("phase") == "stopped",
+            latest=self.clock.now() + self.config.backoff.max_wait_s,
+        )
+        self.recent = recent_summaries(previous)[:KEPT_SUMMARIES]
+        reason = previous.get("backoff_reason")
+        if self.loop.backoff_until is not None and isinstance(reason, str):
+            self.backoff_reason = reason
 
     def _admit_plugins(self) -> SpawnGate:
         """Admit the plugins; their hooks and event kinds from here on, until serve exits."""
@@ -411,7 +422,8 @@ class Serve:
                 usage.input_tokens, usage.output_tokens, usage.cost_usd
             )
             self.spend = self.spend.record(self.clock.now(), tokens=tokens, cost_usd=cost)
-        self.last_summary = result.summary()
+        self.last_summary = {**result.summary(), "ended_at": self.clock.now()}
+        self.recent = [self.last_summary, *self.recent][:KEPT_SUMMARIES]
         return result
 
     def _helper_pids(self) -> tuple[int, ...]:
@@ -431,6 +443,7 @@ class Serve:
                 "start_ticks": agent.start_ticks,
                 "started_at": self.clock.now(),
                 "cgroup": None if cgroup is None else str(cgroup.path),
+                "budget_s": self.config.runtime.round_budget_s,
             },
         )
 
@@ -494,6 +507,10 @@ class Serve:
             now=self.clock.now(),
             jitter=random.random(),  # noqa: S311 -- spreading retries, not secrecy
         )
+        if decision.action == "backoff":
+            self.backoff_reason = findings.transient.detail if findings.transient else None
+        elif self.loop.backoff_until is None:
+            self.backoff_reason = None
         if decision.recovered:
             self.events.emit(
                 "backoff_recovered", round=result.number, classification=decision.recovered
@@ -586,6 +603,8 @@ class Serve:
         self._state["rounds_run"] = self.rounds_run
         if self.last_summary is not None:
             self._state["last_round"] = self.last_summary
+        self._state["last_rounds"] = self.recent
+        self._state["backoff_reason"] = self.backoff_reason
         self._state["loop"] = asdict(self.loop)
         if self.hooks is not None:
             self._state["plugins"] = self.hooks.state()

@@ -46,7 +46,10 @@ _SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
     "budget": ((dict,), ()),  # checked whole by Ledger.from_state
     "notify": ((dict,), ()),
     "project": ((dict,), ()),
+    "last_rounds": ((list,), ()),
+    "backoff_reason": ((str, type(None)), ()),
 }
+_SUMMARY_KEYS = _SECTIONS["last_round"][1]
 
 
 def write_state(log_dir: Path, state: dict[str, Any]) -> None:
@@ -123,6 +126,18 @@ def _contents_problem(state: dict[str, Any]) -> str | None:
     if "budget" in state and Ledger.from_state(state["budget"]) is None:
         return "budget holds a ledger that is not what serve writes"
     return None
+
+
+def recent_summaries(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The round summaries a previous serve kept, newest first (its last one, if older)."""
+    kept = state.get("last_rounds")
+    if not isinstance(kept, list):
+        kept = [state["last_round"]] if isinstance(state.get("last_round"), dict) else []
+    return [
+        summary
+        for summary in kept
+        if isinstance(summary, dict) and all(key in summary for key in _SUMMARY_KEYS)
+    ]
 
 
 def _depth(value: Any) -> int:

@@ -19,6 +19,7 @@ import pytest
 import tomli_w
 
 from tests import unprivileged
+from tests.contracts import conforming
 from tests.integration.conftest import AGENTS, REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to compare both modes")
@@ -120,7 +121,7 @@ def test_rescue_restores_the_users_own_work(operator: Operator) -> None:
     assert done.returncode == 0, done.stderr
     listed = operator.run("rescue", "--json", "--config", str(config), cwd=work, env={})
     assert listed.returncode == 0, listed.stderr
-    [entry] = json.loads(listed.stdout)["secured"]
+    [entry] = conforming("rescue --json", listed.stdout)["secured"]
     assert entry["kept_by"] == ["refs/agent-runner/rounds/1", "stash@{0}"]
     applied = operator.run(
         "rescue", "apply", entry["sha"], "--config", str(config), cwd=work, env={}
@@ -146,7 +147,7 @@ def test_status_all_reads_what_the_user_may_and_names_what_it_may_not(
         "status", "--all", "--json", cwd=operator.root, env={"XDG_STATE_HOME": str(home.parent)}
     )
     assert done.returncode == 0, done.stderr
-    projects = {p["name"]: p for p in json.loads(done.stdout)["projects"]}
+    projects = {p["name"]: p for p in conforming("status --all --json", done.stdout)["projects"]}
     assert projects["mine-00000000"]["problem"] is None
     if operator.mode == "user":
         assert "Permission denied" in projects["theirs-00000000"]["problem"]

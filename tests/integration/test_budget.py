@@ -11,6 +11,7 @@ import time
 
 from agent_runner.events import parse_ts
 from agent_runner.supervisor.budget import DAY_S
+from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import Project, agent
 
 
@@ -32,13 +33,14 @@ def test_a_reached_cost_cap_waits_across_restarts_and_a_lost_state_file(
     first_usage = parse_ts(project.events("agent_usage_recorded")[0]["ts"])
     assert first_usage is not None
     assert 0 <= wait["until"] - (first_usage + DAY_S) < 2  # when round 1's spend leaves the day
-    snap = json.loads(project.cli("peek", "--json").stdout)
-    assert snap["supervisor"]["phase"] == "budget_wait"
+    snap = conforming("peek --json", project.cli("peek", "--json").stdout)
+    assert snap["supervisor"]["state"] == "waiting"
+    assert snap["supervisor"]["reason"] == "waiting for a spend cap (see budget.waiting)"
     assert snap["budget"]["waiting"]["cap"] == "max_cost_usd_per_day"
     assert snap["budget"]["last_24h"] == {"rounds": 2, "tokens": 2400, "cost_usd": 0.06}
     assert "waiting: max_cost_usd_per_day 0.06/0.05" in project.cli("peek").stdout
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["spend caps"]["level"] == "warn"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["spend caps"]["status"] == "warn"
     assert "max_cost_usd_per_day reached (0.06 of 0.05)" in checks["spend caps"]["detail"]
     sent = time.monotonic()
     serve.send_signal(signal.SIGTERM)
@@ -85,8 +87,8 @@ def test_a_tokens_cap_counts_input_and_output_tokens(project: Project) -> None:
     project.write_config(
         agent("reports_usage.py", "0", "700", "300"), budget={"max_tokens_per_day": 2500}
     )
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["spend caps"]["level"] == "ok"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["spend caps"]["status"] == "ok"
     assert checks["spend caps"]["detail"].startswith("max_tokens_per_day = 2500; last 24 h: 0")
     serve = project.start()
     wait = project.wait_for("budget_wait")

@@ -99,7 +99,7 @@ def test_all_three_hooks_run_in_one_round(project: Project, site: Path) -> None:
     (counted,) = project.events("office_hours.tool_calls")
     assert (counted["round"], counted["count"]) == (1, 3)
     assert not project.events("hook_failed")
-    (row,) = [r for r in peek(project, site)["plugins"] if r["name"] == "office_hours"]
+    (row,) = [r for r in peek(project, site)["plugins"]["entries"] if r["name"] == "office_hours"]
     assert (row["state"], row["failures"], row["pin_state"]) == ("admitted", 0, "verified")
 
 

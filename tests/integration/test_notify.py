@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner.events import iter_events
+from tests.contracts import checks_by_name
 from tests.integration.conftest import Project, agent, pid_alive
 
 RECORDER = agent("records_notification.py")
@@ -127,8 +128,8 @@ def test_a_command_that_cannot_start_is_a_config_error_at_boot_and_an_event_whil
     done = project.cli("serve")
     assert done.returncode == 78
     assert "notify.command: 'no-such-notifier' is not an executable on PATH" in done.stderr
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["notify"]["level"] == "FAIL"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["notify"]["status"] == "fail"
 
     script = tmp_path / "notify.sh"
     script.write_text('#!/bin/sh\nrm -- "$0"\n')

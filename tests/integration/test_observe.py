@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.contracts import checks_by_name, conforming, conforming_lines
 from tests.integration.conftest import Project, agent
 
 
@@ -19,12 +20,12 @@ def test_peek_reports_the_last_round_and_writes_nothing(project: Project) -> Non
     events_before = project.events()
     peek = project.cli("peek", "--json", "--events", "3")
     assert peek.returncode == 0, peek.stderr
-    snap = json.loads(peek.stdout)
-    assert snap["supervisor"]["running"] is False
-    assert snap["last_round"]["round"] == 2
-    assert snap["last_round"]["exit_cause"] == "clean"
-    assert snap["rounds_run"] == 2
-    assert snap["sandbox"]["tier"] in ("full", "landlock", "seccomp", "none")
+    snap = conforming("peek --json", peek.stdout)
+    assert snap["supervisor"]["state"] == "stopped"
+    assert [r["round"] for r in snap["last_rounds"]] == [2, 1]
+    assert snap["last_rounds"][0]["exit_cause"] == "clean"
+    assert snap["supervisor"]["rounds_run"] == 2
+    assert snap["plugins"]["sandbox"]["tier"] in ("full", "landlock", "seccomp", "none")
     assert [e["event"] for e in snap["events"]] == ["round_end", "max_rounds_reached", "serve_stop"]
     assert project.events() == events_before
     assert sorted(p.name for p in project.log_dir.iterdir()) == files
@@ -33,18 +34,18 @@ def test_peek_reports_the_last_round_and_writes_nothing(project: Project) -> Non
 def test_peek_select_prints_one_value(project: Project) -> None:
     project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 1})
     assert project.cli("serve").returncode == 0
-    assert project.cli("peek", "--select", "last_round.exit_cause").stdout.strip() == "clean"
-    assert project.cli("peek", "--select", "last_round.round", "--json").stdout.strip() == "1"
-    missing = project.cli("peek", "--select", "last_round.nope")
+    assert project.cli("peek", "--select", "last_rounds.0.exit_cause").stdout == "clean\n"
+    assert project.cli("peek", "--select", "last_rounds.0.round", "--json").stdout == "1\n"
+    missing = project.cli("peek", "--select", "last_rounds.0.nope")
     assert missing.returncode == 2
-    assert "no 'nope' here" in missing.stderr
+    assert "--select last_rounds.0.nope: last_rounds.0 has no key 'nope'" in missing.stderr
 
 
 def test_peek_on_a_project_that_never_ran(project: Project) -> None:
     project.write_config(agent("exits_with.py", "0"))
-    snap = json.loads(project.cli("peek", "--json").stdout)
-    assert snap["supervisor"] == {**snap["supervisor"], "running": False, "phase": "stopped"}
-    assert snap["last_round"] is None
+    snap = conforming("peek --json", project.cli("peek", "--json").stdout)
+    assert snap["supervisor"]["state"] == "stopped"
+    assert snap["last_rounds"] == []
     assert snap["events"] == []
 
 
@@ -52,7 +53,7 @@ def test_events_filters_by_kind_and_round(project: Project) -> None:
     project.write_config(agent("exits_with.py", "0"), runtime={"max_rounds": 3})
     assert project.cli("serve").returncode == 0
     out = project.cli("events", "--kind", "agent_exit", "--round", "2", "--json").stdout
-    lines = [json.loads(line) for line in out.splitlines()]
+    lines = conforming_lines(out)
     assert [(e["event"], e["round"]) for e in lines] == [("agent_exit", 2)]
     recent = project.cli("events", "--since", "10m").stdout
     assert recent.count(" round_start ") == 3
@@ -80,14 +81,19 @@ def test_doctor_passes_on_a_healthy_project_and_self_test_blocks_everything(
     project.write_config(agent("exits_with.py", "0"))
     done = project.cli("doctor", "--json")
     assert done.returncode == 0, done.stdout
-    checks = {c["name"]: c for c in json.loads(done.stdout)}
-    assert checks["config"]["level"] == "ok"
-    assert checks["work tree"]["level"] == "ok"
+    doc = conforming("doctor --json", done.stdout)
+    checks = checks_by_name(done.stdout)
+    assert checks["config"]["status"] == "ok"
+    assert checks["work tree"]["status"] == "ok"
+    assert doc["ok"] is True
     if os.environ.get("AGENT_RUNNER_REQUIRE_CONFINEMENT") == "1":
-        assert checks["sandbox"]["level"] == "ok"
+        assert checks["sandbox"]["status"] == "ok"
         assert "tier full" in checks["sandbox"]["detail"]
-        assert checks["sandbox self-test"]["level"] == "ok"
+        assert checks["sandbox self-test"]["status"] == "ok"
         assert "NOT blocked" not in checks["sandbox self-test"]["detail"]
+        assert doc["sandbox"]["tier"] == "full"
+        assert doc["sandbox"]["self_test"]
+        assert all(doc["sandbox"]["self_test"].values())
 
 
 @pytest.mark.parametrize(
@@ -151,7 +157,8 @@ def test_events_follow_prints_history_then_new_events(project: Project) -> None:
 
 def setup_warnings(project: Project, env: dict[str, str] | None = None) -> list[str]:
     done = project.cli("doctor", "--json", env=env)
-    return [c["detail"] for c in json.loads(done.stdout) if c["name"] == "agent setup"]
+    checks = conforming("doctor --json", done.stdout)["checks"]
+    return [c["detail"] for c in checks if c["name"] == "agent setup"]
 
 
 def test_doctor_warns_before_gemini_stops_on_an_untrusted_folder(project: Project) -> None:
@@ -199,25 +206,28 @@ def test_peek_and_doctor_say_how_leftovers_are_reaped(project: Project, round_cg
     project.write_config(agent("sleeper.py", "60"), runtime={"round_cgroup": round_cgroup})
     if round_cgroup == "auto" and os.geteuid() != 0:
         pytest.skip("only root gets a cgroup on a host without a delegated one")
-    local = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}["reaping"]
+    local = checks_by_name(project.cli("doctor", "--json").stdout)["reaping"]
     serve = project.start()
     try:
         project.wait_for("agent_spawn")
-        snap = json.loads(project.cli("peek", "--json").stdout)
-        reaping = snap["supervisor"]["reaping"]
-        doctor = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+        snap = conforming("peek --json", project.cli("peek", "--json").stdout)
+        reaping = {d["name"]: d for d in snap["defenses"]}["reaping"]
+        doctor = checks_by_name(project.cli("doctor", "--json").stdout)
         text = project.cli("peek").stdout
     finally:
         serve.terminate()
         serve.wait(timeout=10)
     if round_cgroup == "auto":
-        assert reaping["mode"] == "cgroup"
-        assert reaping["cgroup"].startswith("/sys/fs/cgroup")
-        assert (local["level"], doctor["reaping"]["level"]) == ("ok", "ok")
-        assert "a cgroup per round under" in text
+        assert (reaping["value"], reaping["active"]) == ("cgroup", True)
+        assert reaping["detail"].startswith("a cgroup per round under /sys/fs/cgroup")
+        assert (local["status"], doctor["reaping"]["status"]) == ("ok", "ok")
+        assert f"reaping     {reaping['detail']}" in text
     else:
-        assert reaping == {"mode": "fallback", "reason": 'runtime.round_cgroup is "off"'}
-        assert (local["level"], doctor["reaping"]["level"]) == ("warn", "warn")
+        assert (reaping["value"], reaping["active"]) == ("fallback", True)
+        assert reaping["detail"] == (
+            'subreaper and process scans (no cgroup: runtime.round_cgroup is "off")'
+        )
+        assert (local["status"], doctor["reaping"]["status"]) == ("warn", "warn")
         assert "subreaper and process scans" in doctor["reaping"]["detail"]
         assert "no cgroup: runtime.round_cgroup is" in text
     assert doctor["reaping"]["detail"].startswith("serve uses ")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PluginInstalls, build_wheel, cli_argv, install_wheel
+from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import REPO, Project, agent, git
 from tests.pluginrun import DIGEST, cli, listed, pin, serve_once, verdicts
 
@@ -39,7 +40,7 @@ def test_plugins_list_shows_provenance_pin_state_and_digest(
     assert (good["kind"], good["dist"], good["version"]) == ("third-party", "good-plugin", "1.0.0")
     assert (good["pin_state"], good["state"], good["families"]) == (
         "unpinned",
-        "not admitted yet",
+        "not_admitted",
         None,
     )
     assert DIGEST.fullmatch(good["digest"])
@@ -58,11 +59,11 @@ def test_discovery_reads_neither_the_current_directory_nor_the_work_tree(
     # `cli` runs in project.root, so that folder is the current directory.
     plugin_installs.site(project.root, "payload_plugin")
     done = cli(project, "plugins", "list", "--json", before=(in_work, project.root))
-    names = [row["name"] for row in json.loads(done.stdout)["plugins"]]
+    names = [row["name"] for row in conforming("plugins list --json", done.stdout)["plugins"]]
     assert names == ["builtin"]
     doctor = cli(project, "doctor", "--json", before=(in_work, project.root))
-    (warning,) = [c for c in json.loads(doctor.stdout) if c["name"] == "plugin search path"]
-    assert warning["level"] == "warn"
+    warning = checks_by_name(doctor.stdout)["plugin search path"]
+    assert warning["status"] == "warn"
     assert warning["detail"].endswith("(the agent can write there): good_plugin")
 
 
@@ -73,7 +74,8 @@ def test_two_distributions_declaring_one_name_are_both_reported_and_refused(
     second = plugin_installs.site(tmp_path / "second", "good_plugin")
     configure(project)
     done = cli(project, "plugins", "list", "--json", before=(first, second))
-    rows = [row for row in json.loads(done.stdout)["plugins"] if row["name"] == "good_plugin"]
+    rows = conforming("plugins list --json", done.stdout)["plugins"]
+    rows = [row for row in rows if row["name"] == "good_plugin"]
     assert [row["site"] for row in rows] == [str(first), str(second)]
     assert all(row["pin_state"] == "refused" for row in rows)
     assert all("declared by several distributions" in row["reason"] for row in rows)
@@ -91,7 +93,7 @@ def test_a_regular_install_of_agent_runner_proves_its_builtin_by_its_record(
     install_wheel(build_wheel(REPO, tmp_path / "wheel"), target)
     configure(project)
     done = cli(project, "plugins", "list", "--json", before=(target,))
-    rows = json.loads(done.stdout)["plugins"]
+    rows = conforming("plugins list --json", done.stdout)["plugins"]
     where = subprocess.run(
         [sys.executable, "-c", "import agent_runner; print(agent_runner.__file__)"],
         env={**os.environ, "PYTHONPATH": str(target)},
@@ -440,8 +442,8 @@ def test_doctor_reports_each_plugins_provenance_pin_and_digest(
     done = cli(project, "doctor", "--json", before=(site,))
     assert done.returncode == 1
     checks = [
-        (c["name"], c["level"], c["detail"])
-        for c in json.loads(done.stdout)
+        (c["name"], c["status"], c["detail"])
+        for c in conforming("doctor --json", done.stdout)["checks"]
         if c["name"].startswith("plugin ")
     ]
     by_level = {(name, level) for name, level, _ in checks}
@@ -449,11 +451,11 @@ def test_doctor_reports_each_plugins_provenance_pin_and_digest(
         ("plugin builtin", "ok"),
         ("plugin good_plugin", "ok"),
         ("plugin payload_plugin", "warn"),
-        ("plugin builtin", "FAIL"),
-        ("plugin borrowed", "FAIL"),
+        ("plugin builtin", "fail"),
+        ("plugin borrowed", "fail"),
         ("plugin gone_plugin", "warn"),
     }
-    details = {name: detail for name, level, detail in checks if level != "FAIL"}
+    details = {name: detail for name, level, detail in checks if level != "fail"}
     assert details["plugin good_plugin"].endswith(f"pin verified; digest {digest}")
     assert "not pinned; digest sha256:" in details["plugin payload_plugin"]
 
@@ -467,18 +469,18 @@ def test_doctor_gives_a_paste_ready_pin_line_and_fails_on_a_mismatch(
 
     def doctor() -> dict[str, dict[str, str]]:
         done = cli(project, "doctor", "--json", before=(site,))
-        checks = json.loads(done.stdout)
-        return {f"{c['name']} {c['level']}": c for c in checks if c["name"].startswith("plugin ")}
+        checks = conforming("doctor --json", done.stdout)["checks"]
+        return {f"{c['name']} {c['status']}": c for c in checks if c["name"].startswith("plugin ")}
 
     checks = doctor()
-    mismatch = checks["plugin good_plugin FAIL"]
+    mismatch = checks["plugin good_plugin fail"]
     assert "does not match its pin" in mismatch["detail"]
     line = mismatch["fix"].split("or add to [plugins.pin]: ", 1)[1]
     key, digest = line.split(" = ")
     assert key == "good_plugin"
     assert DIGEST.fullmatch(digest.strip('"'))
     # Never a pin line for a squatter: uninstalling it is the only fix.
-    squatters = [c for k, c in checks.items() if k.endswith("FAIL") and "squatter" in c["detail"]]
+    squatters = [c for k, c in checks.items() if k.endswith("fail") and "squatter" in c["detail"]]
     assert squatters
     assert all("[plugins.pin]" not in c["fix"] for c in squatters)
     # The line, pasted over the stale pin, is what the files hash to.

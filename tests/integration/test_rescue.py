@@ -4,7 +4,6 @@ and nothing is ever overwritten or done to another repository."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import Project, agent, git
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
@@ -27,7 +27,7 @@ TWO_ROUNDS = (
 def secured(project: Project) -> list[dict[str, Any]]:
     done = project.cli("rescue", "--json")
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["secured"]
+    return list(conforming("rescue --json", done.stdout)["secured"])
 
 
 def with_readme(project: Project) -> None:
@@ -69,7 +69,7 @@ def test_every_secured_piece_is_listed_with_round_cause_time_files_and_size(
     assert "kept by refs/agent-runner/rounds/1, stash@{0}" in text
     peek = project.cli("peek").stdout
     assert f"work committed as {commit_sha[:12]} (`agent-runner rescue`)" in peek
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
     assert checks["secured work"]["detail"].startswith("2 piece(s) under refs/agent-runner/rounds/")
 
 

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 
+from tests.contracts import checks_by_name
 from tests.integration.conftest import Project, agent, git
 from tests.integration.test_serve import _seconds
 
@@ -80,21 +81,23 @@ def test_peek_shows_how_long_the_running_round_has_been_silent(project: Project)
     assert snap["round"]["silent_s"] >= 1.5
     assert snap["project"]["idle_timeout_s"] == 600
     text = project.cli("peek").stdout
-    assert re.search(r"round\s+1 running for [\d.]+s, silent [\d.]+s \(ended at 600s\)", text)
+    assert re.search(
+        r"round\s+1: [\d.]+s of \S+, agent pid \d+, silent [\d.]+s \(ended at 10m\)", text
+    )
 
 
 def test_doctor_reports_the_watchdog_and_warns_where_it_cannot_work(project: Project) -> None:
     project.write_config(
         agent("goes_silent.py"), runtime={"idle_timeout_s": 900, "round_budget_s": 3600}
     )
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["silence watchdog"]["level"] == "ok"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["silence watchdog"]["status"] == "ok"
     assert "900s" in checks["silence watchdog"]["detail"]
     project.write_config(
         agent("goes_silent.py"), runtime={"idle_timeout_s": 900, "round_budget_s": 600}
     )
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["silence watchdog"]["level"] == "warn"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["silence watchdog"]["status"] == "warn"
     assert "budget always ends a silent round first" in checks["silence watchdog"]["detail"]
     project.write_config(
         [sys.executable, "-c", "", "--output-format", "json"],
@@ -102,6 +105,6 @@ def test_doctor_reports_the_watchdog_and_warns_where_it_cannot_work(project: Pro
     )
     document = project.config_path.read_text().replace('parser = "claude"', 'parser = "gemini"')
     project.config_path.write_text(document)
-    checks = {c["name"]: c for c in json.loads(project.cli("doctor", "--json").stdout)}
-    assert checks["silence watchdog"]["level"] == "warn"
+    checks = checks_by_name(project.cli("doctor", "--json").stdout)
+    assert checks["silence watchdog"]["status"] == "warn"
     assert "stream-json" in checks["silence watchdog"]["fix"]

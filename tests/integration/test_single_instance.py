@@ -68,7 +68,7 @@ def test_a_deleted_lock_file_is_put_back_and_status_still_finds_serve(project: P
     restored = project.wait_for("instance_lock_restored", count=2, timeout=TICK_WAIT_S)
     assert restored["path"] == str(project.log_dir / "serve.pid")
     status = json.loads(project.cli("status", "--json").stdout)
-    assert (status["running"], status["pid"]) == (True, serve.pid)
+    assert (status["supervisor"]["state"], status["supervisor"]["pid"]) == ("running", serve.pid)
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(timeout=10) == 0
 

@@ -3,7 +3,6 @@ a project whose state files are damaged or planted: each gets its line, nothing 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import tomli_w
 
 from agent_runner.config import default_log_dir
 from agent_runner.systemd.names import unit_name
+from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import Project, agent, git
 
 
@@ -53,7 +53,7 @@ def status_all(cwd: Path) -> dict[str, Any]:
         cwd=cwd,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return conforming("status --all --json", done.stdout)
 
 
 def by_dir(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -87,24 +87,21 @@ def test_every_project_on_the_host_with_its_round_back_off_last_exit_and_spend(
         assert report["state_home"] == str(host / "state" / "agent-runner")
 
         now_working = projects[str(working.log_dir)]
-        assert (now_working["running"], now_working["phase"], now_working["round"]) == (
-            True,
-            "running",
-            1,
-        )
+        assert (now_working["supervisor"]["state"], now_working["round"]) == ("running", 1)
         assert now_working["work_dir"] == str(working.work_dir)
-        assert now_working["pid"] == running[0].pid
+        assert now_working["supervisor"]["pid"] == running[0].pid
 
         now_waiting = projects[str(waiting.log_dir)]
-        assert now_waiting["running"] and now_waiting["phase"] == "backoff"
-        assert now_waiting["backoff"]["active"]
+        assert now_waiting["supervisor"]["state"] == "backoff"
         assert now_waiting["backoff"]["classification"] == "rate_limit_account"
-        assert now_waiting["last_exit"] == {"round": 1, "exit_cause": "error", "exit_code": 1}
+        last = now_waiting["last_round"]
+        assert (last["round"], last["exit_cause"], last["exit_code"]) == (1, "error", 1)
 
         now_spent = projects[str(spent.log_dir)]
-        assert (now_spent["running"], now_spent["phase"]) == (False, "stopped")
+        assert (now_spent["supervisor"]["state"], now_spent["backoff"]) == ("stopped", None)
         assert now_spent["today"] == {"rounds": 2, "tokens": 240, "cost_usd": 0.06}
-        assert now_spent["last_exit"] == {"round": 2, "exit_cause": "clean", "exit_code": 0}
+        last = now_spent["last_round"]
+        assert (last["round"], last["exit_cause"], last["exit_code"]) == (2, "clean", 0)
         assert now_spent["units"] == [
             {"unit": unit, "scope": "user", "project_dir": os.path.realpath(spent.work_dir)}
         ]
@@ -142,7 +139,7 @@ def test_damaged_and_planted_state_files_cost_their_own_line_only(host: Path) ->
     assert set(projects) == {str(fifo), str(garbage), str(link)}
     assert "a FIFO, not a regular file" in projects[str(fifo)]["problem"]
     assert projects[str(garbage)]["problem"].startswith("state.json: not valid JSON")
-    assert projects[str(garbage)]["running"] is False
+    assert projects[str(garbage)]["supervisor"]["state"] == "stopped"
     assert projects[str(link)]["problem"].startswith("state.json: cannot read it")
 
 
@@ -156,7 +153,7 @@ def test_a_unit_whose_project_config_is_broken_is_still_listed(host: Path) -> No
     [entry] = [p for p in status_all(host)["projects"] if p["units"]]
     assert entry["log_dir"] == str(default_log_dir(Path(os.path.realpath(project.work_dir))))
     assert "schema_version: must be 1" in entry["problem"]
-    assert entry["running"] is False
+    assert entry["supervisor"]["state"] == "stopped"
 
 
 def test_doctor_fails_when_another_serve_runs_in_the_same_work_dir(host: Path) -> None:
@@ -183,8 +180,8 @@ def test_doctor_fails_when_another_serve_runs_in_the_same_work_dir(host: Path) -
             timeout=60,
             cwd=host,
         )
-        checks = {c["name"]: c for c in json.loads(done.stdout)}
-        assert checks["projects on this host"]["level"] == "FAIL"
+        checks = checks_by_name(done.stdout)
+        assert checks["projects on this host"]["status"] == "fail"
         assert f"pid {serve.pid}" in checks["projects on this host"]["detail"]
         assert done.returncode == 1
     finally:

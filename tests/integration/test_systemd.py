@@ -36,6 +36,7 @@ from agent_runner.systemd.install import (
 from agent_runner.systemd.names import TEMPLATE, unit_name
 from agent_runner.systemd.systemctl import check_manager
 from agent_runner.systemd.unit import DROPIN, Scope
+from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import REPO, Project, agent, git
 
 FAKE_BIN = Path(__file__).parents[1] / "bin"
@@ -150,7 +151,7 @@ def test_install_now_enables_and_starts_it_and_status_reports_the_instance(
     unit = instance(project)
     assert ["--user", "enable", "--now", unit] in host.calls()
     status = project.cli("status", "--json", env=host.env)
-    assert json.loads(status.stdout)["systemd"] == {
+    assert conforming("status --json", status.stdout)["systemd"] == {
         "unit": unit,
         "scope": "user",
         "active": "active",
@@ -195,7 +196,10 @@ def test_install_refuses_while_a_doctor_check_fails_unless_forced(
     project.write_config(["no-such-agent-anywhere", "-p"])
     done = project.cli("install", env=host.env)
     assert done.returncode == 1
-    assert "FAIL  agent command: 'no-such-agent-anywhere' is not on PATH" in done.stderr
+    assert (
+        "FAIL  agent command: agent.command: 'no-such-agent-anywhere' is not an executable on PATH"
+        in done.stderr
+    )
     assert done.stderr.splitlines()[-1] == (
         "agent-runner: install refused: 1 doctor check(s) failed; fix them or pass --force"
     )
@@ -309,7 +313,9 @@ def test_uninstall_removes_the_instance_and_the_template_only_after_the_last_one
             f"default.target.wants/{second}",
         ]
     )
-    assert json.loads(project.cli("status", "--json", env=host.env).stdout)["systemd"] is None
+    status = project.cli("status", "--json", env=host.env)
+    assert status.returncode == 3
+    assert conforming("status --json", status.stdout)["systemd"] is None
     assert other.cli("uninstall", env=host.env).returncode == 0
     assert host.files() == ["default.target.wants"]
 
@@ -349,23 +355,19 @@ def test_doctor_warns_when_the_installed_files_differ_from_what_install_writes_n
     healthy(project)
     assert project.cli("install", env=host.env).returncode == 0
     doctor = project.cli("doctor", "--json", env=host.env)
-    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    checks = checks_by_name(doctor.stdout)
     assert checks["systemd unit"]["detail"] == f"{instance(project)} (user): inactive, enabled"
     assert "systemd unit files" not in checks
     project.write_config(agent("exits_with.py", "0"), agent={"sigterm_grace_s": 20})
     (host.unit_dir / TEMPLATE).write_text((host.unit_dir / TEMPLATE).read_text() + "Nice=5\n")
-    checks = {
-        c["name"]: c for c in json.loads(project.cli("doctor", "--json", env=host.env).stdout)
-    }
+    checks = checks_by_name(project.cli("doctor", "--json", env=host.env).stdout)
     drift = checks["systemd unit files"]
-    assert drift["level"] == "warn"
+    assert drift["status"] == "warn"
     assert str(host.unit_dir / TEMPLATE) in drift["detail"]
     assert str(host.unit_dir / f"{instance(project)}.d" / DROPIN) in drift["detail"]
     assert drift["fix"] == "run `agent-runner install` again (then restart the unit)"
     assert project.cli("install", env=host.env).returncode == 0
-    checks = {
-        c["name"]: c for c in json.loads(project.cli("doctor", "--json", env=host.env).stdout)
-    }
+    checks = checks_by_name(project.cli("doctor", "--json", env=host.env).stdout)
     assert "systemd unit files" not in checks
 
 

@@ -76,7 +76,9 @@ def test_a_hanging_hook_times_out_and_is_quarantined_after_n_failures(
         kinds.index("plugin_quarantined")
         < [i for i, k in enumerate(kinds) if k == "round_start"][1]
     )
-    (row,) = [r for r in peek(project, site)["plugins"] if r["name"] == "stalling_plugin"]
+    (row,) = [
+        r for r in peek(project, site)["plugins"]["entries"] if r["name"] == "stalling_plugin"
+    ]
     assert (row["state"], row["failures"]) == ("quarantined", 2)
     assert row["reason"] == quarantined["reason"]
     assert listed(project, site)["stalling_plugin"]["state"] == "quarantined"

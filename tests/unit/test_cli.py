@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import string
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from agent_runner import __version__
 from agent_runner.cli import run
 from agent_runner.config import SCHEMA, TOP_LEVEL, load_config, preset_names
+from agent_runner.errors import ExitCode
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,8 +201,8 @@ def test_any_config_within_the_bounds_loads(
     path.write_text(tomli_w.dumps(document))
     code = run(["status", "--json", "--config", str(path)])
     captured = capsys.readouterr()
-    assert code == 0, captured.err
-    assert '"running": false' in captured.out
+    assert code == ExitCode.NOT_RUNNING, captured.err
+    assert json.loads(captured.out)["supervisor"]["state"] == "stopped"
 
 
 def test_init_force_never_overwrites_an_existing_prompt(tmp_path: Path) -> None:
