@@ -153,9 +153,16 @@ def events(
     config_path: Path | None,
 ) -> None:
     """Query or follow the event log."""
-    from agent_runner.observe.eventquery import EventFilter, format_event, json_line, query
+    from agent_runner.observe.eventquery import (
+        EventFilter,
+        check_kinds,
+        format_event,
+        json_line,
+        query,
+    )
 
     config = load(config_path)
+    check_kinds(kinds, config.runtime.log_dir)
     wanted = EventFilter.build(kinds=kinds, round_no=round_no, since=since)
     for event in query(config.runtime.log_dir, wanted, follow=follow):
         click.echo(json_line(event) if as_json else format_event(event))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -13,12 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner.errors import UsageError
-from agent_runner.events import event_files, format_event, iter_events, open_event_file, parse_line
+from agent_runner.events import (
+    REGISTRY,
+    event_files,
+    format_event,
+    iter_events,
+    open_event_file,
+    parse_line,
+)
 from agent_runner.observe.contracts import SCHEMA_VERSION
+from agent_runner.observe.watch import DirectoryWatch
+from agent_runner.supervisor.state import read_state
 
-__all__ = ["EventFilter", "format_event", "json_line", "query"]
+__all__ = ["EventFilter", "check_kinds", "format_event", "json_line", "query"]
 
-FOLLOW_INTERVAL_S = 0.5
 _CHUNK = 1024 * 1024
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -49,6 +58,31 @@ class EventFilter:
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
 
 
+def check_kinds(kinds: Sequence[str], log_dir: Path) -> None:
+    """UsageError (exit 2) for a kind no registry knows: a typo would match nothing, silently."""
+    known = set(REGISTRY) | plugin_kinds(log_dir)
+    for kind in kinds:
+        if kind not in known:
+            close = difflib.get_close_matches(kind, sorted(known), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UsageError(
+                f"--kind {kind!r}: no such event kind{hint} (docs/events.md lists them; a "
+                "plugin's are <plugin>.<kind> once serve admitted it)"
+            )
+
+
+def plugin_kinds(log_dir: Path) -> set[str]:
+    """`<plugin>.<kind>` for every kind the plugins the last serve admitted declared."""
+    verdicts = read_state(log_dir).get("plugins")
+    found: set[str] = set()
+    for verdict in verdicts if isinstance(verdicts, list) else []:
+        kinds = verdict.get("event_kinds") if isinstance(verdict, dict) else None
+        name = verdict.get("name") if isinstance(verdict, dict) else None
+        if isinstance(name, str) and isinstance(kinds, list):
+            found.update(f"{name}.{kind}" for kind in kinds if isinstance(kind, str))
+    return found
+
+
 def json_line(event: dict[str, Any]) -> str:
     """One line of `events --json`: the event with `schema_version` first (docs/json.md)."""
     line = {"schema_version": SCHEMA_VERSION}
@@ -76,36 +110,57 @@ def query(log_dir: Path, wanted: EventFilter, *, follow: bool = False) -> Iterat
     if not follow:
         yield from (event for event in iter_events(log_dir) if wanted.matches(event))
         return
-    files = event_files(log_dir)
-    for path in files[:-1]:
-        yield from _read_from(path, 0, wanted)[0]
-    # The newest file is read and then followed from one offset, so no event falls between.
-    yield from _follow(log_dir, wanted, files[-1] if files else None)
+    watch = DirectoryWatch(log_dir)  # first: nothing written from here on can be missed
+    try:
+        files = event_files(log_dir)
+        for path in files[:-1]:
+            yield from _read_from(path, _Position(), wanted)
+        # The newest file is read and then followed from one position, so no event falls between.
+        yield from _follow(log_dir, wanted, files[-1] if files else None, watch)
+    finally:
+        watch.close()
 
 
-def _follow(log_dir: Path, wanted: EventFilter, current: Path | None) -> Iterator[dict[str, Any]]:
-    offset = 0
+@dataclass
+class _Position:
+    """Where reading a file stopped: its identity and the offset after the last whole line."""
+
+    identity: tuple[int, int] | None = None
+    offset: int = 0
+
+
+def _follow(
+    log_dir: Path, wanted: EventFilter, current: Path | None, watch: DirectoryWatch
+) -> Iterator[dict[str, Any]]:
+    position = _Position()
     while True:
         files = event_files(log_dir)
         if files and files[-1] != current:
             if current is not None:
-                yield from _read_from(current, offset, wanted)[0]  # the old month's last lines
-            current, offset = files[-1], 0
+                yield from _read_from(current, position, wanted)  # the old month's last lines
+            current, position = files[-1], _Position()
         if current is not None:
-            found, offset = _read_from(current, offset, wanted)
-            yield from found
-        time.sleep(FOLLOW_INTERVAL_S)
+            yield from _read_from(current, position, wanted)
+        watch.wait()
 
 
-def _read_from(path: Path, offset: int, wanted: EventFilter) -> tuple[list[dict[str, Any]], int]:
-    """Matching events in complete lines from `offset` on, and the offset after the last one."""
+def _read_from(path: Path, position: _Position, wanted: EventFilter) -> list[dict[str, Any]]:
+    """Matching events in the complete lines after `position`, which moves past them.
+
+    A file replaced (another inode) or truncated (shorter than the position) is read again
+    from its start: it is a new file as far as its readers are concerned.
+    """
     found: list[dict[str, Any]] = []
     fd = open_event_file(path)
     if fd is None:
-        return found, offset
+        return found
     try:
         with os.fdopen(fd, "rb") as handle:
-            handle.seek(offset)
+            info = os.fstat(handle.fileno())
+            identity = (info.st_dev, info.st_ino)
+            if identity != position.identity or info.st_size < position.offset:
+                position.identity, position.offset = identity, 0
+            handle.seek(position.offset)
             pending = b""
             while chunk := handle.read(_CHUNK):
                 *lines, pending = (pending + chunk).split(b"\n")
@@ -114,6 +169,7 @@ def _read_from(path: Path, offset: int, wanted: EventFilter) -> tuple[list[dict[
                     if event is not None and wanted.matches(event):
                         found.append(event)
             # A line still being written is read again, whole, on the next pass.
-            return found, handle.tell() - len(pending)
+            position.offset = handle.tell() - len(pending)
     except OSError:
-        return found, offset
+        pass
+    return found

@@ -266,6 +266,11 @@ def test_usage_errors_exit_2_naming_what_is_wrong(project: Project) -> None:
     assert "round is null, which has no key 'n'" in deep.stderr
     assert project.cli("peek", "--select", "supervisor.state").stdout == "stopped\n"
     assert project.cli("peek", "--json", "--select", "supervisor.rounds_run").stdout == "1\n"
+    typo = project.cli("events", "--kind", "round_strat")
+    assert typo.returncode == 2
+    assert "did you mean round_start" in typo.stderr
+    assert typo.stdout == ""
+    assert project.cli("events", "--kind", "round_start").stdout.count("round_start") == 1
     preset = project.cli("init", "--preset", "nope", "--force")
     assert preset.returncode == 2
     assert "'nope' is not one of 'aider', 'claude', 'codex', 'demo', 'gemini'" in preset.stderr

@@ -231,3 +231,47 @@ def test_peek_and_doctor_say_how_leftovers_are_reaped(project: Project, round_cg
         assert "subreaper and process scans" in doctor["reaping"]["detail"]
         assert "no cgroup: runtime.round_cgroup is" in text
     assert doctor["reaping"]["detail"].startswith("serve uses ")
+
+
+def _event_line(kind: str, number: int) -> str:
+    fields = {"round_start": {}, "round_end": {"exit_cause": "clean", "duration_s": 1.5}}[kind]
+    event = {"ts": "2026-11-30T23:59:59.000Z", "event": kind, "round": number, **fields}
+    return json.dumps(event) + "\n"
+
+
+def test_events_follow_survives_a_new_month_a_truncated_and_a_replaced_file(
+    project: Project,
+) -> None:
+    project.write_config(agent("exits_with.py", "0"))
+    project.log_dir.mkdir()
+    november = project.log_dir / "events-2026-11.jsonl"
+    november.write_text(_event_line("round_end", 1))
+    argv = [sys.executable, "-m", "agent_runner", "events", "--follow", "--json"]
+    follower = subprocess.Popen(
+        [*argv, "--config", str(project.config_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert follower.stdout is not None
+
+    def next_round() -> int:
+        assert follower.stdout is not None
+        return int(conforming_lines(follower.stdout.readline())[0]["round"])
+
+    try:
+        assert next_round() == 1
+        with november.open("a") as handle:
+            handle.write(_event_line("round_end", 2))
+        assert next_round() == 2
+        december = project.log_dir / "events-2026-12.jsonl"
+        december.write_text(_event_line("round_end", 3))
+        assert next_round() == 3  # the new month's file
+        # Truncated, then a shorter line: the follower starts the file again.
+        december.write_text(_event_line("round_start", 4))
+        assert next_round() == 4
+        replacement = project.log_dir / "replacement.tmp"
+        replacement.write_text(_event_line("round_end", 5) + _event_line("round_end", 6))
+        os.replace(replacement, december)  # a new file (inode) under the same name
+        assert [next_round(), next_round()] == [5, 6]
+    finally:
+        follower.kill()
+        follower.wait()
+        follower.stdout.close()
