@@ -209,7 +209,10 @@ def status(as_json: bool, every: bool, config_path: Path | None) -> None:
 @json_option
 @config_option
 def stop(after_round: bool, timeout: float, as_json: bool, config_path: Path | None) -> None:
-    """Ask the running serve to stop; exit 1 if it is still running at the timeout."""
+    """Ask the running serve to stop; exit 1 if it still runs at the timeout.
+
+    With --after-round, exit 0 as soon as serve has agreed to stop after its round.
+    """
     from agent_runner.observe.contracts import StopDocument
     from agent_runner.supervisor.control import request_stop
 

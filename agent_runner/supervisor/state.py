@@ -48,6 +48,7 @@ _SECTIONS: dict[str, tuple[tuple[type, ...], tuple[str, ...]]] = {
     "project": ((dict,), ()),
     "last_rounds": ((list,), ()),
     "backoff_reason": ((str, type(None)), ()),
+    "stop": ((dict, type(None)), ("mode", "source")),
 }
 _SUMMARY_KEYS = _SECTIONS["last_round"][1]
 

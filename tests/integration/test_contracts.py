@@ -81,7 +81,16 @@ def test_mid_round_peek_and_status_show_the_running_round(project: Project) -> N
     assert project.cli("status").returncode == 0
     text = project.cli("peek").stdout
     assert f"of 15m, agent pid {spawned['pid']}" in text
-    stop = project.cli("stop", "--json")
+    # --after-round: serve agrees at once, and waits for a round that sleeps an hour.
+    later = project.cli("stop", "--after-round", "--json")
+    assert later.returncode == 0, later.stderr
+    assert conforming("stop --json", later.stdout)["outcome"] == "pending"
+    stopping = documents(project)["peek --json"]["supervisor"]
+    assert stopping["state"] == "stopping"
+    assert stopping["pending_stop"] == {"mode": "finish_round", "source": "stop --after-round"}
+    assert project.cli("status").returncode == 0
+    assert "stop pending (finish_round, from stop --after-round)" in project.cli("peek").stdout
+    stop = project.cli("stop", "--json")  # a second stop means now
     assert stop.returncode == 0, stop.stderr
     stopped = conforming("stop --json", stop.stdout)
     assert (stopped["outcome"], stopped["pid"]) == ("stopped", serve.pid)
