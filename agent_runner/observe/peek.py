@@ -48,7 +48,6 @@ from agent_runner.supervisor.policy import LoopState, breaker_streaks
 from agent_runner.supervisor.process import transcript_path
 from agent_runner.supervisor.state import load_state, loop_from_state, recent_summaries
 from agent_runner.supervisor.strays import process_start_ticks
-from agent_runner.vcs.run import HARDENING_ARGS
 
 # serve's phases (state.json) as the states peek reports while serve runs; any other is waiting.
 _PHASE_STATES: dict[str, SupervisorState] = {
@@ -364,7 +363,6 @@ def defenses(view: View) -> list[Defense]:
     reaping = view.state.get("reaping")
     reaping = reaping if isinstance(reaping, dict) else {}
     mode = reaping.get("mode") if reaping.get("mode") in ("cgroup", "fallback") else None
-    overrides = HARDENING_ARGS.count("-c")
     return [
         Defense(
             name="round_budget_s",
@@ -434,10 +432,10 @@ def defenses(view: View) -> list[Defense]:
         ),
         Defense(
             name="hardened_git",
-            value=overrides,
+            value=True,
             active=True,
-            detail=f"git runs with {overrides} -c overrides (no hooks, fsmonitor, pager or "
-            "system config)",
+            detail="every git call runs with no hooks, fsmonitor, pager, editor, credential "
+            "helper or system config, whatever the repository's config says",
         ),
         Defense(
             name="dirty_action",
