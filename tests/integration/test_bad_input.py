@@ -190,7 +190,7 @@ def test_a_damaged_config_is_exit_78_and_one_line_for_every_command(
             assert done.stderr.startswith(f"agent-runner: {s.config}: "), done.stderr
             assert said in done.stderr, (command, done.stderr)
         doctor = s.cli("doctor")
-        assert doctor.returncode == 1, doctor.stderr
+        assert doctor.returncode == 78, doctor.stderr
         assert doctor.stdout.startswith("FAIL  config: "), doctor.stdout
         assert said in doctor.stdout
 
@@ -231,7 +231,7 @@ def test_a_prompt_that_is_no_file_stops_only_serve_and_doctor(
         assert error.endswith(said), error
         doctor = s.cli("doctor")
         assert doctor.returncode == 1
-        assert f"FAIL  prompt files: {s.config}: prompt.files[0]" in doctor.stdout
+        assert "FAIL  prompt files: prompt.files[0]: cannot read " in doctor.stdout
         for command in (["peek", "--json"], ["events"]):
             assert s.cli(*command).returncode == 0, command
 
@@ -288,8 +288,8 @@ def test_a_damaged_state_file_is_set_aside_and_serve_boots(tmp_path: Path, damag
         damage(s)
         peek = s.cli("peek", "--json")
         assert peek.returncode == 0, peek.stderr
-        assert json.loads(peek.stdout)["rounds_run"] == 0
-        assert s.cli("status", "--json").returncode == 0
+        assert json.loads(peek.stdout)["supervisor"]["rounds_run"] == 0
+        assert s.cli("status", "--json").returncode == 3  # not running
 
         serve = s.cli("serve", "--once")
         assert serve.returncode == 0, serve.stderr

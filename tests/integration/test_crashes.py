@@ -75,7 +75,7 @@ def test_a_crash_is_recorded_as_crashed_and_the_next_start_keeps_the_counters(
     assert state["supervisor"]["phase"] == "crashed"
     assert (state["loop"]["crash_streak"], state["loop"]["internal_errors"]) == (1, 1)
     peek = json.loads(project.cli("peek", "--json").stdout)
-    assert peek["supervisor"]["phase"] == "crashed"
+    assert peek["supervisor"]["state"] == "crashed"
 
     again = project.cli("serve")
     assert again.returncode == 69, again.stderr

@@ -119,7 +119,7 @@ def test_outside_its_hours_the_next_round_is_deferred_and_peek_says_so(
     serve = start_serve(project, site=site)
     project.wait_for("round_deferred", count=2)
     state = peek(project, site)
-    assert state["supervisor"]["phase"] == "deferred"
+    assert state["supervisor"]["state"] == "deferred"
     deferred = state["deferred"]
     assert deferred["action"] == "defer"
     assert deferred["hook"] == "office_hours:within_office_hours"
