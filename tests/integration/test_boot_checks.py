@@ -45,8 +45,8 @@ class Operator:
             document.setdefault(name, {}).update(values)
         self.project.config_path.write_text(tomli_w.dumps(document))
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        argv = ["agent_runner", *args, "--config", str(self.project.config_path)]
+    def cli(self, *args: str, module: str = "agent_runner") -> subprocess.CompletedProcess[str]:
+        argv = [module, *args, "--config", str(self.project.config_path)]
         if self.mode == "root":
             command = [sys.executable, "-m", *argv]
         else:
@@ -259,3 +259,18 @@ def test_a_config_error_at_boot_is_printed_once_and_evented(project: Project) ->
     assert done.stderr.count("\n") == 1
     [broken] = project.events("config_broken")
     assert done.stderr == f"agent-runner: {broken['reason']}\n"
+
+
+def test_a_required_sandbox_the_host_cannot_give_fails_doctor_with_serves_words(
+    operator: Operator,
+) -> None:
+    operator.write_config(agent("exits_with.py", "0"), plugins={"sandbox": "require"})
+    doctor = operator.cli("doctor", "--json", module="tests.no_seccomp")
+    assert doctor.returncode == 1, doctor.stdout
+    failures = {n: c for n, c in checks_by_name(doctor.stdout).items() if c["status"] == "fail"}
+    assert list(failures) == ["sandbox"]
+    assert "only achieves tier 'landlock'" in failures["sandbox"]["detail"]
+    serve = operator.cli("serve", "--once", module="tests.no_seccomp")
+    assert serve.returncode == 78
+    assert serve.stderr.splitlines()[-1] == f"agent-runner: {failures['sandbox']['detail']}"
+    assert operator.project.events("round_start") == []
