@@ -234,7 +234,8 @@ def test_peek_and_doctor_say_how_leftovers_are_reaped(project: Project, round_cg
 
 
 def _event_line(kind: str, number: int) -> str:
-    fields = {"round_start": {}, "round_end": {"exit_cause": "clean", "duration_s": 1.5}}[kind]
+    ended = {"exit_cause": "clean", "duration_s": 1.5, "memory_peak_bytes": None, "cpu_s": None}
+    fields = {"round_start": {}, "round_end": ended}[kind]
     event = {"ts": "2026-11-30T23:59:59.000Z", "event": kind, "round": number, **fields}
     return json.dumps(event) + "\n"
 
