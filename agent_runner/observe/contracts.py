@@ -26,12 +26,14 @@ CheckStatus = Literal["ok", "warn", "fail"]
 Scalar = str | int | float | bool | None
 
 
-@dataclass(frozen=True, kw_only=True)
+# Documents are built once and printed, never compared or hashed: eq=False and no frozen,
+# since every generated method is compiled at import, on peek's and status's fast path.
+@dataclass(kw_only=True, eq=False)
 class Document:
     schema_version: Annotated[int, "version of this document's schema; 1 for now"] = SCHEMA_VERSION
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Project:
     config: Annotated[str, "the agent-runner.toml that was read"]
     work_dir: Annotated[str, "the agent's work tree"]
@@ -41,13 +43,13 @@ class Project:
     idle_timeout_s: Annotated[float, "runtime.idle_timeout_s: a round this silent ends (0: off)"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class PendingStop:
     mode: Annotated[Literal["terminate", "finish_round"], "how serve stops"]
     source: Annotated[str, "who asked: SIGTERM, stop command, stop file, ..."]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Supervisor:
     state: Annotated[
         SupervisorState,
@@ -66,7 +68,7 @@ class Supervisor:
     reason: Annotated[str | None, "why it is in this state: what it waits for, why it stopped"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Round:
     n: Annotated[int, "the round number"]
     started_at: Annotated[float | None, "when the agent was spawned (epoch seconds)"]
@@ -77,7 +79,7 @@ class Round:
     silent_s: Annotated[float | None, "seconds since the agent last wrote to its transcript"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class RoundSummary:
     round: Annotated[int, "the round number"]
     exit_code: Annotated[int | None, "the agent's exit status; null when a signal ended it"]
@@ -92,7 +94,7 @@ class RoundSummary:
     ended_at: Annotated[float | None, "when the round ended (epoch seconds)"] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Backoff:
     until: Annotated[float, "when the next round may start (epoch seconds)"]
     remaining_s: Annotated[float, "seconds until then"]
@@ -103,26 +105,26 @@ class Backoff:
     ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class SpendCaps:
     max_cost_usd_per_day: Annotated[float | None, "budget.max_cost_usd_per_day (null: none)"]
     max_tokens_per_day: Annotated[int | None, "budget.max_tokens_per_day (null: none)"]
     max_rounds_per_hour: Annotated[int | None, "budget.max_rounds_per_hour (null: none)"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Spent:
     rounds: Annotated[int, "rounds in the window"]
     tokens: Annotated[int, "tokens the CLI reported"]
     cost_usd: Annotated[float, "cost the CLI reported (never computed)"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class RoundsSpent:
     rounds: Annotated[int, "rounds in the window"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class BudgetWaiting:
     cap: Annotated[str, "the cap that is reached"]
     used: Annotated[float, "what its window holds"]
@@ -131,7 +133,7 @@ class BudgetWaiting:
     remaining_s: Annotated[float, "seconds until then"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Budget:
     caps: Annotated[SpendCaps, "the [budget] caps"]
     last_24h: Annotated[Spent, "the rolling day"]
@@ -139,7 +141,7 @@ class Budget:
     waiting: Annotated[BudgetWaiting | None, "the wait serve is in for a cap, if any"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class NotifyRun:
     kind: Annotated[str, "the event kind it was run for"]
     at: Annotated[float | None, "when (epoch seconds)"]
@@ -147,7 +149,7 @@ class NotifyRun:
     reason: Annotated[str | None, "why it failed"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Notify:
     command: Annotated[list[str], "[notify] command (empty: off)"]
     on: Annotated[list[str], "[notify] on: the kinds it runs for"]
@@ -157,7 +159,7 @@ class Notify:
     last: Annotated[NotifyRun | None, "the last run"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Deferral:
     action: Annotated[str, "defer or skip"]
     hook: Annotated[str, "the spawn hook that decided"]
@@ -166,13 +168,13 @@ class Deferral:
     remaining_s: Annotated[float | None, "seconds until then"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Breaker:
     count: Annotated[int, "the streak so far"]
     limit: Annotated[int, "serve gives up (exit 69) when count reaches this"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class SandboxReport:
     tier: Annotated[Literal["full", "landlock", "seccomp", "none"], "what confines plugin calls"]
     landlock_abi: Annotated[int, "the kernel's Landlock ABI (0: none)"]
@@ -183,7 +185,7 @@ class SandboxReport:
     unconfined_reason: Annotated[str | None, "why the tier is below full"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class PluginEntry:
     name: Annotated[str, "the entry-point name"]
     kind: Annotated[Literal["builtin", "squatter", "third-party"], "provenance"]
@@ -206,14 +208,14 @@ class PluginEntry:
     failures: Annotated[int, "failed calls in a row"] = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Plugins:
     sandbox: Annotated[SandboxReport | None, "the last serve's sandbox probe"]
     sandbox_reason: Annotated[str | None, "why sandbox is null"]
     entries: Annotated[list[PluginEntry], "every builtin and every plugin the last serve saw"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Defense:
     name: Annotated[str, "the guard"]
     value: Annotated[Scalar, "its setting"]
@@ -221,7 +223,7 @@ class Defense:
     detail: Annotated[str, "what it does, or why it is off"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class PeekDocument(Document):
     """`agent-runner peek --json`: read from state.json and the event log's tail only."""
 
@@ -241,7 +243,7 @@ class PeekDocument(Document):
     ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Unit:
     unit: Annotated[str, "the instance, agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
@@ -249,7 +251,7 @@ class Unit:
     enabled: Annotated[str, "systemctl is-enabled"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class StatusDocument(Document):
     """`agent-runner status --json`: exit 0 while serve runs, 3 when it does not."""
 
@@ -259,14 +261,14 @@ class StatusDocument(Document):
     systemd: Annotated[Unit | None, "the installed unit; null when none is"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class HostUnit:
     unit: Annotated[str, "agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
     project_dir: Annotated[str, "the folder the unit runs serve in"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class HostProject:
     name: Annotated[str, "the log_dir's folder name"]
     log_dir: Annotated[str, "where its serve keeps state.json and events"]
@@ -280,7 +282,7 @@ class HostProject:
     problem: Annotated[str | None, "why its state or its unit's config cannot be read"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class HostDocument(Document):
     """`agent-runner status --all --json`: every project with state on this host, read from
     state files only; running ones first. Exit 0."""
@@ -289,7 +291,7 @@ class HostDocument(Document):
     projects: Annotated[list[HostProject], "one per log_dir"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Check:
     name: Annotated[str, "what was checked"]
     status: Annotated[CheckStatus, "fail makes doctor exit 1 (and serve refuse to boot)"]
@@ -297,7 +299,7 @@ class Check:
     fix: Annotated[str, "what to do about it (empty when ok)"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class DoctorSandbox:
     mode: Annotated[Literal["require", "prefer", "off"], "plugins.sandbox"]
     tier: Annotated[str | None, "the tier the probe achieved"]
@@ -312,7 +314,7 @@ class DoctorSandbox:
     ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class DoctorDocument(Document):
     """`agent-runner doctor --json`: exit 0 when no check fails, 1 otherwise, 78 for a config
     that does not load (then `checks` holds that one failure)."""
@@ -323,7 +325,7 @@ class DoctorDocument(Document):
     plugins: Annotated[list[PluginEntry], "as `plugins list --json` shows them"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class StopDocument(Document):
     """`agent-runner stop --json`: exit 0 when serve stopped (or agreed to, with
     --after-round) or none was running; 1 when it is still running at --timeout."""
@@ -337,14 +339,14 @@ class StopDocument(Document):
     detail: Annotated[str, "the one line the human output prints"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class PluginsDocument(Document):
     """`agent-runner plugins list --json`."""
 
     plugins: Annotated[list[PluginEntry], "every builtin and every discovered entry point"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class RescueEntry:
     sha: Annotated[str, "the stash or commit serve made"]
     round: Annotated[int, "the round whose work it holds"]
@@ -359,14 +361,14 @@ class RescueEntry:
     reachable: Annotated[bool, "kept_by is not empty: safe from git gc"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class RescueDocument(Document):
     """`agent-runner rescue --json`: every piece of work serve secured, oldest round first."""
 
     secured: Annotated[list[RescueEntry], "one per stash or auto-commit"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class EventLine(Document):
     """`agent-runner events --json`: one JSON object per line (JSONL), each an event with
     `schema_version` added; the other keys are the kind's fields (docs/events.md)."""
