@@ -6,7 +6,6 @@ is wrong; unknown keys get a "did you mean" hint. The schema itself is data (`SC
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -16,7 +15,6 @@ import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -263,6 +261,8 @@ def parse_config(document: Mapping[str, Any], path: Path) -> Config:
 
 def preset_names() -> list[str]:
     """Names of the presets shipped inside the package."""
+    from importlib import resources  # noqa: PLC0415 - only a config naming a preset needs it
+
     folder = resources.files("agent_runner") / "presets"
     return sorted(
         p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
@@ -273,6 +273,8 @@ def load_preset(name: str) -> dict[str, Any]:
     """The `[agent]` values a preset fills in."""
     if name not in preset_names():
         raise KeyError(name)
+    from importlib import resources  # noqa: PLC0415
+
     text = (resources.files("agent_runner") / "presets" / f"{name}.toml").read_text("utf-8")
     values = tomllib.loads(text)
     command = values.get("command")
@@ -584,6 +586,8 @@ def _not_json(value: Any, where: str) -> tuple[str, str] | None:
 
 
 def _hint(name: str, known: Any) -> str:
+    import difflib  # noqa: PLC0415 - only a broken config needs it, never a round
+
     close = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
