@@ -12,15 +12,17 @@ CLI = Path(sys.executable).with_name("agent-runner")
 RUNS = 15
 
 
-def median_ms(argv: list[str]) -> float:
+def wall_ms(flag: str, runs: int = RUNS) -> list[float]:
+    """Wall time of `agent-runner FLAG`, in ms, once per run."""
     samples = []
-    for _ in range(RUNS):
+    for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True)
+        subprocess.run([str(CLI), flag], check=True, capture_output=True)
         samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+    return samples
 
 
 if __name__ == "__main__":
     for flag in ("--help", "--version"):
-        print(f"agent-runner {flag}: median {median_ms([str(CLI), flag]):.1f} ms over {RUNS} runs")
+        median = statistics.median(wall_ms(flag))
+        print(f"agent-runner {flag}: median {median:.1f} ms over {RUNS} runs")

@@ -25,12 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 from bench_plugin_hooks import install_example, project
 
 SAMPLE_S = 0.02
@@ -183,9 +181,7 @@ def serve_memory(site: Path | None, rounds: int = 3, agent_s: float = 2.0) -> Pe
     peaks = Peaks(tree=0 if exact else None)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        config = project(root, root / "stamps", site)
-        document = _agent(config, ["sleep", str(agent_s)])
-        config.write_text(tomli_w.dumps(document))
+        config = project(root, root / "stamps", site, ["sleep", str(agent_s)])
         path = json.dumps([str(p) for p in (site, runtime_folder(root)) if p is not None])
         serve_args = ["--max-rounds", str(rounds), "--config", str(config)]
         serve = subprocess.Popen(
@@ -208,12 +204,6 @@ def serve_memory(site: Path | None, rounds: int = 3, agent_s: float = 2.0) -> Pe
         if admitted != (site is not None):
             raise SystemExit(f"{admitted} plugins admitted")
     return peaks
-
-
-def _agent(config: Path, command: list[str]) -> dict[str, Any]:
-    document = tomllib.loads(config.read_text())
-    document["agent"]["command"] = command
-    return document
 
 
 def _events(log_dir: Path) -> list[dict[str, Any]]:

@@ -35,24 +35,30 @@ def make_project(root: Path, lines: int) -> Path:
     return path
 
 
-def median_ms(config: Path) -> float:
+def peek_ms(config: Path, runs: int = RUNS) -> list[float]:
+    """Wall time of `agent-runner peek --json`, in ms, once per run."""
     cli = Path(sys.executable).with_name("agent-runner")
     samples = []
-    for _ in range(RUNS):
+    for _ in range(runs):
         started = time.perf_counter()
         out = subprocess.run(
             [str(cli), "peek", "--json", "--config", str(config)], check=True, capture_output=True
         )
         samples.append((time.perf_counter() - started) * 1000)
         json.loads(out.stdout)
-    return statistics.median(samples)
+    return samples
+
+
+def peek_with_lines(lines: int, runs: int = RUNS) -> list[float]:
+    """`peek_ms` over a log of `lines` events."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return peek_ms(make_project(Path(tmp), lines), runs)
 
 
 if __name__ == "__main__":
     results = {}
     for lines in (1_000, 1_000_000):
-        with tempfile.TemporaryDirectory() as tmp:
-            results[lines] = median_ms(make_project(Path(tmp), lines))
+        results[lines] = statistics.median(peek_with_lines(lines))
         print(
             f"peek --json with {lines:>9,} event lines: median {results[lines]:.1f} ms over {RUNS} runs"
         )
