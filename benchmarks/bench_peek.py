@@ -8,10 +8,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import tomli_w
+from bench_cli import timed_ms
 
 RUNS = 9
 LINE = '{"ts":"2026-11-30T18:41:30.033Z","event":"round_end","round":%d,"exit_cause":"clean","duration_s":1.5}\n'
@@ -35,21 +35,15 @@ def make_project(root: Path, lines: int) -> Path:
     return path
 
 
-def peek_ms(config: Path, runs: int = RUNS) -> list[float]:
-    """Wall time of `agent-runner peek --json`, in ms, once per run."""
+def peek_ms(config: Path, runs: int = RUNS) -> tuple[list[float], list[float]]:
+    """Wall and CPU time of `agent-runner peek --json`, in ms, once per run."""
     cli = Path(sys.executable).with_name("agent-runner")
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        out = subprocess.run(
-            [str(cli), "peek", "--json", "--config", str(config)], check=True, capture_output=True
-        )
-        samples.append((time.perf_counter() - started) * 1000)
-        json.loads(out.stdout)
-    return samples
+    argv = [str(cli), "peek", "--json", "--config", str(config)]
+    json.loads(subprocess.run(argv, check=True, capture_output=True).stdout)  # it answers JSON
+    return timed_ms(argv, runs)
 
 
-def peek_with_lines(lines: int, runs: int = RUNS) -> list[float]:
+def peek_with_lines(lines: int, runs: int = RUNS) -> tuple[list[float], list[float]]:
     """`peek_ms` over a log of `lines` events."""
     with tempfile.TemporaryDirectory() as tmp:
         return peek_ms(make_project(Path(tmp), lines), runs)
@@ -58,7 +52,7 @@ def peek_with_lines(lines: int, runs: int = RUNS) -> list[float]:
 if __name__ == "__main__":
     results = {}
     for lines in (1_000, 1_000_000):
-        results[lines] = statistics.median(peek_with_lines(lines))
+        results[lines] = statistics.median(peek_with_lines(lines)[0])
         print(
             f"peek --json with {lines:>9,} event lines: median {results[lines]:.1f} ms over {RUNS} runs"
         )
