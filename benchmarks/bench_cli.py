@@ -13,7 +13,9 @@ CLI = Path(sys.executable).with_name("agent-runner")
 RUNS = 15
 
 
-def timed_ms(argv: list[str], runs: int) -> tuple[list[float], list[float]]:
+def timed_ms(
+    argv: list[str], runs: int, env: dict[str, str] | None = None
+) -> tuple[list[float], list[float]]:
     """Wall time and CPU time (user + system) of the command `argv`, in ms, once per run.
 
     On a host shared with other work the wall time includes waiting for a CPU; the CPU time
@@ -23,7 +25,7 @@ def timed_ms(argv: list[str], runs: int) -> tuple[list[float], list[float]]:
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True)
+        subprocess.run(argv, check=True, capture_output=True, env=env)
         walls.append((time.perf_counter() - started) * 1000)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

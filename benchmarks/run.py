@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import bench_budget
 import bench_cli
 import bench_memory
 import bench_parsers
@@ -26,6 +27,7 @@ import bench_peek
 import bench_plugin_boot
 import bench_plugin_hooks
 import bench_serve
+import bench_status_all
 import bench_trampoline
 import bench_transcript_tail
 
@@ -200,6 +202,32 @@ def peek_figures(quick: bool) -> list[Figure]:
     return figures
 
 
+def status_all_figures(quick: bool) -> list[Figure]:
+    projects = bench_status_all.PROJECTS
+    progress(f"status --all --json with {projects} projects")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = bench_status_all.make_host(Path(tmp))
+        walls, cpus = bench_status_all.command_ms(env, 5 if quick else bench_status_all.RUNS)
+    name = f"status --all --json, {projects} projects"
+    return [Figure(name, "ms", tuple(walls)), Figure(f"{name}, CPU time", "ms", tuple(cpus))]
+
+
+def budget_figures(quick: bool) -> list[Figure]:
+    progress("the spend caps' work per round, and a stop during a budget wait")
+    now = time.time()
+    with_ledger, _ = bench_budget.per_round_us(bench_budget.full_ledger(now), now)
+    stops = bench_budget.stop_latencies(3 if quick else bench_budget.STOP_RUNS)
+    return [
+        Figure(
+            "spend caps' ledger work per round (a day of rounds)",
+            "us",
+            tuple(with_ledger),
+            note="record, check, encode",
+        ),
+        Figure("stop latency during a budget wait", "ms", tuple(stops), 300, "§11"),
+    ]
+
+
 def transcript_figures(quick: bool) -> list[Figure]:
     runs = 3 if quick else 7
     figures = []
@@ -253,6 +281,8 @@ def main() -> None:
         lambda: plugin_round_figures(args.quick),
         lambda: memory_figures(args.quick),
         lambda: peek_figures(args.quick),
+        lambda: status_all_figures(args.quick),
+        lambda: budget_figures(args.quick),
         lambda: transcript_figures(args.quick),
         lambda: cpu_figures(round_s),
     ):
