@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import shutil
 from collections.abc import Callable
@@ -65,6 +64,8 @@ def check_notify(config: Config) -> None:
                 " would be asked to report its own failure)"
             )
         if kind not in REGISTRY and "." not in kind:  # "<plugin>.<kind>": known at admission
+            import difflib  # noqa: PLC0415 - only a misspelt kind needs it, never a round
+
             close = difflib.get_close_matches(kind, list(REGISTRY), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{where}: notify.on[{i}]: {kind!r} is not an event kind{hint}")
