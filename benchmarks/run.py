@@ -192,11 +192,12 @@ def peek_figures(quick: bool) -> list[Figure]:
     figures = []
     for lines in (1_000, 1_000_000):
         progress(f"peek --json with {lines:,} event lines")
-        samples = bench_peek.peek_with_lines(lines, runs)
+        samples, cpus = bench_peek.peek_with_lines(lines, runs)
         medians[lines] = statistics.median(samples)
-        figures.append(
-            Figure(f"peek --json, {lines:,} event lines", "ms", tuple(samples), 150, "§11")
-        )
+        figures += [
+            Figure(f"peek --json, {lines:,} event lines", "ms", tuple(samples), 150, "§11"),
+            Figure(f"peek --json, {lines:,} event lines, CPU time", "ms", tuple(cpus)),
+        ]
     ratio = medians[1_000_000] / medians[1_000]
     figures.append(Figure("peek --json, 1,000,000 lines / 1,000 lines", "x", (ratio,), 1.2, "§11"))
     return figures
@@ -273,6 +274,7 @@ def main() -> None:
     round_s = 20.0 if args.quick and args.cpu_round_s == 60.0 else args.cpu_round_s
     started = time.monotonic()
     figures: list[Figure] = []
+    failed = []
     for measure in (
         lambda: cli_figures(args.quick),
         lambda: restart_figures(args.quick),
@@ -286,7 +288,11 @@ def main() -> None:
         lambda: transcript_figures(args.quick),
         lambda: cpu_figures(round_s),
     ):
-        figures += measure()
+        try:
+            figures += measure()
+        except Exception as exc:  # one broken measurement must not cost the others
+            failed.append(f"{type(exc).__name__}: {exc}")
+            progress(f"FAILED: {failed[-1]}")
     uname = platform.uname()
     print(
         f"agent-runner benchmarks, {time.strftime('%Y-%m-%d')}, {uname.system} {uname.release} "
@@ -295,6 +301,10 @@ def main() -> None:
         f"{time.monotonic() - started:.0f} s"
     )
     print(table(figures))
+    for failure in failed:
+        print(f"not measured: {failure}")
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
