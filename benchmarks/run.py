@@ -43,6 +43,10 @@ class Figure:
     source: str = ""  # "§11", or "" for this project's own target
     note: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.samples or not all(isinstance(v, int | float) for v in self.samples):
+            raise TypeError(f"{self.name}: samples must be numbers, not {self.samples!r:.80}")
+
     def verdict(self) -> str:
         if self.limit is None:
             return ""
@@ -56,8 +60,10 @@ def progress(what: str) -> None:
 def cli_figures(quick: bool) -> list[Figure]:
     progress("agent-runner --help")
     runs = 5 if quick else bench_cli.RUNS
+    walls, cpus = bench_cli.wall_ms("--help", runs)
     return [
-        Figure("agent-runner --help", "ms", tuple(bench_cli.wall_ms("--help", runs)), 150, "§11")
+        Figure("agent-runner --help", "ms", tuple(walls), 150, "§11"),
+        Figure("agent-runner --help, CPU time", "ms", tuple(cpus), note="user + system"),
     ]
 
 
