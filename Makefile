@@ -46,8 +46,9 @@ docs: $(STAMP)
 	$(BIN)/python -m agent_runner.config > docs/configuration.md
 	$(BIN)/python -m agent_runner.observe.contracts > docs/json.md
 
+# Every figure in one table, beside the targets (docs/performance.md); a few minutes.
 bench: $(STAMP)
-	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+	$(BIN)/python benchmarks/run.py
 
 # Re-record tests/fixtures/transcripts/real/ from the pinned CLIs (root, loopback only; slow).
 record: $(STAMP)

@@ -6,7 +6,6 @@ is wrong; unknown keys get a "did you mean" hint. The schema itself is data (`SC
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -16,13 +15,12 @@ import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
 from agent_runner.files import read_regular
-from agent_runner.presets import preset_names
+from agent_runner.presets import FOLDER as PRESETS, preset_names
 
 CONFIG_NAME = "agent-runner.toml"
 SCHEMA_VERSION = 1
@@ -266,7 +264,7 @@ def load_preset(name: str) -> dict[str, Any]:
     """The `[agent]` values a preset fills in."""
     if name not in preset_names():
         raise KeyError(name)
-    text = (resources.files("agent_runner") / "presets" / f"{name}.toml").read_text("utf-8")
+    text = (PRESETS / f"{name}.toml").read_text("utf-8")
     values = tomllib.loads(text)
     command = values.get("command")
     if isinstance(command, list) and command[1:3] == ["-m", "agent_runner.demo_agent"]:
@@ -577,6 +575,8 @@ def _not_json(value: Any, where: str) -> tuple[str, str] | None:
 
 
 def _hint(name: str, known: Any) -> str:
+    import difflib  # noqa: PLC0415 - only a broken config needs it, never a round
+
     close = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -23,6 +23,10 @@ CASES = {
 }
 
 
+FILLER = b'{"type":"assistant","message":{"content":[{"type":"text","text":"working"}]}}\n'
+SIZES = {"2 KB": 2048, "1 MB": 1 << 20, "2 GB": 2 * 1024**3}
+
+
 def make_transcript(folder: Path, name: str, tail: bytes, size: int, filler: bytes) -> Path:
     path = folder / name
     with path.open("wb") as f:
@@ -36,27 +40,26 @@ def make_transcript(folder: Path, name: str, tail: bytes, size: int, filler: byt
     return path
 
 
-def median_ms(parser: str, path: Path) -> float:
+def parse_ms(parser: str, path: Path, runs: int = RUNS) -> list[float]:
+    """Parse times of `path` in ms, once per run."""
     samples = []
-    for _ in range(RUNS):
+    for _ in range(runs):
         start = time.perf_counter()
         parse_transcript(parser, path, now=time.time())
         samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
+    return samples
 
 
 def main() -> None:
-    filler = b'{"type":"assistant","message":{"content":[{"type":"text","text":"working"}]}}\n'
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        sizes = {"2 KB": 2048, "1 MB": 1 << 20, "2 GB": 2 * 1024**3}
-        print(f"{'parser':8}" + "".join(f"{label:>11}" for label in sizes))
+        print(f"{'parser':8}" + "".join(f"{label:>11}" for label in SIZES))
         for parser, fixture in CASES.items():
             tail = fixture.read_bytes()
             cells = []
-            for label, size in sizes.items():
-                path = make_transcript(folder, f"{parser}-{label}", tail, size, filler)
-                cells.append(f"{median_ms(parser, path):9.2f}ms")
+            for label, size in SIZES.items():
+                path = make_transcript(folder, f"{parser}-{label}", tail, size, FILLER)
+                cells.append(f"{statistics.median(parse_ms(parser, path)):9.2f}ms")
             print(f"{parser:8}" + "".join(cells))
 
 

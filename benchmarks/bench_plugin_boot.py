@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
@@ -102,9 +103,19 @@ def install(count: int, root: Path) -> Path:
     return site
 
 
-def in_process(site: Path, runs: int) -> tuple[float, float, float, float, int]:
-    """Medians (ms) of the sandbox start and of discovery + hashing + describe, the fastest
-    admission, the supervisor's own CPU time in it, and how many were admitted."""
+@dataclass
+class Admissions:
+    """Per run, in ms: the sandbox's start, then discovery + hashing + describe, and the
+    supervisor's own CPU time in the latter; how many plugins were admitted."""
+
+    starts: list[float]
+    admissions: list[float]
+    cpu: list[float]
+    admitted: int
+
+
+def in_process(site: Path, runs: int) -> Admissions:
+    """Admit the plugins installed in `site` `runs` times, each with a fresh sandbox."""
     settings = parse_config(
         {"schema_version": 1, "agent": {"command": ["true"], "parser": "none"}}, Path("/x.toml")
     ).plugins
@@ -129,12 +140,11 @@ def in_process(site: Path, runs: int) -> tuple[float, float, float, float, int]:
         starts.append((started - began) * 1000)
         admissions.append((done - started) * 1000)
         admitted = len(admission.admitted)
-    median = statistics.median
-    return median(starts), median(admissions), min(admissions), median(cpu), admitted
+    return Admissions(starts, admissions, cpu, admitted)
 
 
-def serve_boot(site: Path, root: Path, runs: int) -> float:
-    """Median ms from launching `serve --once` to its serve_start event (all of boot)."""
+def serve_boot(site: Path, root: Path, runs: int) -> list[float]:
+    """ms from launching `serve --once` to its serve_start event (all of boot), per run."""
     work = root / "work"
     (work / "prompts").mkdir(parents=True, exist_ok=True)
     (work / "prompts" / "main.md").write_text("go\n")
@@ -167,7 +177,7 @@ def serve_boot(site: Path, root: Path, runs: int) -> float:
                     stamp = time.mktime(time.strptime(event["ts"][:19], "%Y-%m-%dT%H:%M:%S"))
                     stamp += int(event["ts"][20:23]) / 1000 - time.timezone
                     samples.append((stamp - began) * 1000)
-    return statistics.median(samples)
+    return samples
 
 
 def main() -> None:
@@ -181,12 +191,14 @@ def main() -> None:
         )
         for count in COUNTS:
             site = install(count, root)
-            start, admission, fastest, cpu, admitted = in_process(site, runs)
-            assert admitted == count, f"{admitted} of {count} admitted"
-            boot = serve_boot(site, root / f"project-{count}", max(5, runs // 3))
+            measured = in_process(site, runs)
+            if measured.admitted != count:
+                raise SystemExit(f"{measured.admitted} of {count} admitted")
+            boot = statistics.median(serve_boot(site, root / f"project-{count}", max(5, runs // 3)))
+            median = statistics.median
             print(
-                f"{count:>8} {start:>14.1f} {admission:>10.1f} {fastest:>10.1f} {cpu:>10.1f}"
-                f" {boot:>27.1f}"
+                f"{count:>8} {median(measured.starts):>14.1f} {median(measured.admissions):>10.1f}"
+                f" {min(measured.admissions):>10.1f} {median(measured.cpu):>10.1f} {boot:>27.1f}"
             )
     print(
         textwrap.dedent("""\

@@ -77,7 +77,9 @@ def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def project(root: Path, stamps: Path, site: Path | None) -> Path:
+def project(root: Path, stamps: Path, site: Path | None, command: list[str] | None = None) -> Path:
+    """A git project whose agent writes docs/round.md (or runs `command`); with `site`, the
+    example plugin installed there is pinned and decides the dirty tree."""
     work = root / "work"
     (work / "prompts").mkdir(parents=True)
     (work / "prompts" / "main.md").write_text("go\n")
@@ -88,7 +90,7 @@ def project(root: Path, stamps: Path, site: Path | None) -> Path:
     (work / "docs").mkdir()
     document: dict[str, Any] = {
         "schema_version": 1,
-        "agent": {"command": ["sh", "-c", script], "parser": "claude"},
+        "agent": {"command": command or ["sh", "-c", script], "parser": "claude"},
         "runtime": {"log_dir": str(root / "logs"), "restart_delay_s": 0},
         "breakers": {"stalled_rounds": 10_000},
         "vcs": {"dirty_action": "commit"},
@@ -127,9 +129,9 @@ def round_gaps(rounds: int, site: Path | None) -> tuple[list[float], dict[str, i
         return gaps, kinds
 
 
-if __name__ == "__main__":
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+def alternating(rounds: int, runs: int) -> tuple[list[float], list[float], dict[str, int]]:
+    """Gaps without plugins and with the example's three hooks, runs alternating; the events
+    of the runs with the plugin, counted by kind."""
     without: list[float] = []
     with_hooks: list[float] = []
     kinds: dict[str, int] = {}
@@ -142,6 +144,13 @@ if __name__ == "__main__":
             with_hooks += gaps
             for kind, count in seen.items():
                 kinds[kind] = kinds.get(kind, 0) + count
+    return without, with_hooks, kinds
+
+
+if __name__ == "__main__":
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    without, with_hooks, kinds = alternating(rounds, runs)
     admitted = kinds.get("plugin_admitted", 0) == runs
     failed = kinds.get("hook_failed", 0)
     plain, hooked = statistics.median(without), statistics.median(with_hooks)

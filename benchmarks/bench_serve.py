@@ -25,7 +25,6 @@ ROUNDS = 40
 # forked and moved into its cgroup ahead (with an agent that exits at once it cannot be).
 AGENT_S = 0.2
 STOP_RUNS = 5
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def project(root: Path, command: list[str], git: bool, **runtime: object) -> Path:
@@ -77,22 +76,24 @@ def wait_event(log_dir: Path, kind: str, timeout: float = 30) -> dict[str, objec
     raise SystemExit(f"no {kind} event")
 
 
-def restart_latency(git: bool, round_cgroup: str = "auto", agent_s: float = 0) -> float:
+def restart_gaps(
+    git: bool, round_cgroup: str = "auto", agent_s: float = 0, rounds: int = ROUNDS
+) -> tuple[list[float], str]:
+    """Each agent exit -> next agent start of one serve, in ms; and "cgroup", "off", or why
+    a cgroup per round was asked for and not had."""
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps"
         # The agent's only work: one timestamp at start and one just before it exits.
         pause = f"sleep {agent_s}; " if agent_s else ""
         script = f"date +%s.%N >> {stamps}.start; {pause}date +%s.%N >> {stamps}.end"
         config = project(Path(tmp), ["sh", "-c", script], git, round_cgroup=round_cgroup)
-        reaping = cgroup_mode(Path(tmp) / "logs") if round_cgroup == "auto" else "off"
-        proc = serve(config, "--max-rounds", str(ROUNDS))
+        proc = serve(config, "--max-rounds", str(rounds))
         proc.wait()
+        # Read after the run: the events say whether it had a cgroup per round.
+        reaping = cgroup_mode(Path(tmp) / "logs") if round_cgroup == "auto" else "off"
         starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
         ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
-        gaps = [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)]
-        if reaping != "off" and reaping != "cgroup":
-            print(f"  (asked for a cgroup per round, got none: {reaping})")
-        return statistics.median(gaps)
+        return [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)], reaping
 
 
 def cgroup_mode(log_dir: Path) -> str:
@@ -105,6 +106,7 @@ def cgroup_mode(log_dir: Path) -> str:
 
 
 def cpu_and_rss(round_s: float) -> tuple[float, float]:
+    """serve's CPU seconds while one agent runs for `round_s`, and its peak RSS in MB."""
     with tempfile.TemporaryDirectory() as tmp:
         config = project(Path(tmp), ["sleep", str(round_s)], git=True)
         proc = serve(config, "--max-rounds", "1")
@@ -119,9 +121,10 @@ def cpu_and_rss(round_s: float) -> tuple[float, float]:
         return after - before, rss_kib / 1024
 
 
-def stop_latency() -> float:
+def stop_latencies(runs: int = STOP_RUNS) -> list[float]:
+    """SIGTERM -> serve's exit during a back-off, in ms, once per run."""
     samples = []
-    for _ in range(STOP_RUNS):
+    for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
             agent = Path(__file__).parents[1] / "tests" / "agents" / "rate_limited.py"
             config = project(Path(tmp), [sys.executable, str(agent), "3600"], git=False)
@@ -132,12 +135,18 @@ def stop_latency() -> float:
             proc.send_signal(signal.SIGTERM)
             proc.wait()
             samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+    return samples
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    """CPU time of every thread of `pid`, to the nanosecond (stat's ticks are 10 ms)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 if __name__ == "__main__":
@@ -150,8 +159,12 @@ if __name__ == "__main__":
         (True, "off", AGENT_S, f"git, no cgroup, {AGENT_S:g} s agent"),
         (True, "auto", AGENT_S, f"git, cgroup, {AGENT_S:g} s agent"),
     ):
-        latency = restart_latency(git, round_cgroup, agent_s)
+        gaps, reaping = restart_gaps(git, round_cgroup, agent_s)
+        if reaping not in ("off", "cgroup"):
+            print(f"  (asked for a cgroup per round, got none: {reaping})")
+        latency = statistics.median(gaps)
         print(f"restart latency, {label + ':':<32} median {latency:.1f} ms over {ROUNDS} rounds")
-    print(f"stop latency in back-off:  median {stop_latency():.0f} ms over {STOP_RUNS} runs")
+    stop = statistics.median(stop_latencies())
+    print(f"stop latency in back-off:  median {stop:.0f} ms over {STOP_RUNS} runs")
     cpu, rss = cpu_and_rss(round_s)
     print(f"supervisor during a {round_s:g} s round: CPU {cpu:.3f} s, peak RSS {rss:.1f} MB")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import tomli_w
+from bench_cli import timed_ms
 
 from agent_runner.supervisor.budget import DAY_S, Ledger
 from agent_runner.systemd.names import unit_name
@@ -84,17 +85,14 @@ def make_host(root: Path) -> dict[str, str]:
     return env
 
 
-def command_ms(env: dict[str, str]) -> float:
-    cli = Path(sys.executable).with_name("agent-runner")
-    samples = []
-    for _ in range(RUNS):
-        started = time.perf_counter()
-        out = subprocess.run(
-            [str(cli), "status", "--all", "--json"], env=env, check=True, capture_output=True
-        )
-        samples.append((time.perf_counter() - started) * 1000)
-        assert len(json.loads(out.stdout)["projects"]) == PROJECTS
-    return statistics.median(samples)
+def command_ms(env: dict[str, str], runs: int = RUNS) -> tuple[list[float], list[float]]:
+    """Wall and CPU time of `status --all --json` on the host `make_host` made, in ms."""
+    argv = [str(Path(sys.executable).with_name("agent-runner")), "status", "--all", "--json"]
+    out = subprocess.run(argv, env=env, check=True, capture_output=True)
+    listed = len(json.loads(out.stdout)["projects"])
+    if listed != PROJECTS:
+        raise SystemExit(f"status --all listed {listed} projects of {PROJECTS}")
+    return timed_ms(argv, runs, env)
 
 
 def listing_ms(env: dict[str, str]) -> float:
@@ -114,6 +112,6 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         env = make_host(Path(tmp))
         print(
-            f"status --all --json, {PROJECTS} projects ({UNITS} with a unit): median {command_ms(env):.0f} ms over {RUNS} runs"
+            f"status --all --json, {PROJECTS} projects ({UNITS} with a unit): median {statistics.median(command_ms(env)[0]):.0f} ms over {RUNS} runs"
         )
         print(f"  of which the listing itself: median {listing_ms(env):.0f} ms")

@@ -9,11 +9,13 @@ full tier, in both.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent_runner.plugins.sandbox import CallRequest, Sandbox
@@ -34,6 +36,19 @@ PLUGIN = PluginManifest(name="noop", spawn_hooks=(noop, peak))
 }
 
 
+@dataclass
+class Trampoline:
+    """One sandbox's figures: per-call times in ms, memory in KiB."""
+
+    uid: int
+    tier: str
+    landlock_abi: int
+    boot_ms: float
+    calls_ms: list[float]
+    child_peaks_kib: list[int]
+    server_rss_kib: int
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -41,22 +56,10 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--mode", choices=["require", "prefer", "off"], default="require")
-    parser.add_argument("--unprivileged", action="store_true", help="run as an unused uid")
-    args = parser.parse_args()
-    if args.unprivileged:
-        repo = Path(__file__).resolve().parents[1]
-        sys.path.insert(0, str(repo))
-        from tests import unprivileged  # noqa: PLC0415 - the test helper that drops to a uid
-
-        argv = ["benchmarks/bench_trampoline.py", "--calls", str(args.calls), "--mode", args.mode]
-        raise SystemExit(subprocess.call(unprivileged.command(*argv), cwd=repo))
-
+def measure(mode: str = "require", calls: int = 300) -> Trampoline:
+    """`calls` no-op hook calls through a sandbox started in this process."""
     events: list[tuple[str, dict[str, object]]] = []
-    with Sandbox(args.mode, emit=lambda kind, **f: events.append((kind, f))) as sandbox:
+    with Sandbox(mode, emit=lambda kind, **f: events.append((kind, f))) as sandbox:
         started = time.perf_counter()
         report = sandbox.start()
         boot_ms = (time.perf_counter() - started) * 1000
@@ -64,29 +67,58 @@ def main() -> None:
         for _ in range(20):
             sandbox.call(noop)
         samples = []
-        for _ in range(args.calls):
+        for _ in range(calls):
             started = time.perf_counter()
             result = sandbox.call(noop)
             samples.append((time.perf_counter() - started) * 1000)
-            assert result.status == "ok", result
+            if result.status != "ok":
+                raise SystemExit(f"a no-op call failed: {result}")
         peaks = []
         for _ in range(20):
             peak = sandbox.call(CallRequest("spawn", NOOP_PLUGIN, "noop:PLUGIN", "peak", {}))
             peaks.append(int(peak.value["reason"]))
-        server = sandbox._server
-        server_rss = _rss_kib(server.process.pid) if server is not None else 0
+        (server,) = sandbox.server_pids()
+        server_rss = _rss_kib(server)
+    return Trampoline(
+        os.getuid(), report.tier, report.landlock_abi, boot_ms, samples, peaks, server_rss
+    )
 
-    samples.sort()
-    print(f"supervisor uid            {os.getuid()}")
-    print(f"tier                      {report.tier} (landlock ABI {report.landlock_abi})")
-    print(f"boot (server + probe)     {boot_ms:.1f} ms")
+
+def measure_unprivileged(mode: str = "require", calls: int = 300) -> Trampoline:
+    """`measure` with the whole supervisor side as an unused non-root uid (start as root)."""
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    from tests import unprivileged  # noqa: PLC0415 - the test helper that drops to a uid
+
+    argv = ["benchmarks/bench_trampoline.py", "--calls", str(calls), "--mode", mode, "--json"]
+    done = subprocess.run(
+        unprivileged.command(*argv), cwd=repo, capture_output=True, text=True, check=True
+    )
+    return Trampoline(**json.loads(done.stdout))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--mode", choices=["require", "prefer", "off"], default="require")
+    parser.add_argument("--unprivileged", action="store_true", help="run as an unused uid")
+    parser.add_argument("--json", action="store_true", help="the figures as one JSON object")
+    args = parser.parse_args()
+    run = measure_unprivileged if args.unprivileged else measure
+    figures = run(args.mode, args.calls)
+    if args.json:
+        print(json.dumps(asdict(figures)))
+        return
+    samples = sorted(figures.calls_ms)
+    print(f"supervisor uid            {figures.uid}")
+    print(f"tier                      {figures.tier} (landlock ABI {figures.landlock_abi})")
+    print(f"boot (server + probe)     {figures.boot_ms:.1f} ms")
     print(f"calls                     {len(samples)}")
     print(f"per-call median           {statistics.median(samples):.2f} ms")
     print(f"per-call p90              {samples[int(len(samples) * 0.9)]:.2f} ms")
     print(f"per-call min              {samples[0]:.2f} ms")
-    print(f"child peak RSS (median)   {statistics.median(peaks) / 1024:.1f} MiB")
-    print(f"fork server RSS           {server_rss / 1024:.1f} MiB")
-    print(f"supervisor pid            {os.getpid()}")
+    print(f"child peak RSS (median)   {statistics.median(figures.child_peaks_kib) / 1024:.1f} MiB")
+    print(f"fork server RSS           {figures.server_rss_kib / 1024:.1f} MiB")
 
 
 if __name__ == "__main__":

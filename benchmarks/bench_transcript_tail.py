@@ -38,9 +38,10 @@ def write(path: Path, unit: bytes) -> Path:
     return path
 
 
-def measure(parser: str, path: Path) -> tuple[float, float]:
+def measure(parser: str, path: Path, runs: int = RUNS) -> tuple[list[float], float]:
+    """Parse times of `path` in ms, once per run, and the peak MB traced during one parse."""
     samples = []
-    for _ in range(RUNS):
+    for _ in range(runs):
         start = time.perf_counter()
         parse_transcript(parser, path, now=time.time(), exit_cause="timeout")
         samples.append((time.perf_counter() - start) * 1000)
@@ -48,20 +49,25 @@ def measure(parser: str, path: Path) -> tuple[float, float]:
     parse_transcript(parser, path, now=time.time(), exit_cause="timeout")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return statistics.median(samples), peak / 1024 / 1024
+    return samples, peak / 1024 / 1024
+
+
+def recorded_failure(parser: str, folder: Path) -> Path:
+    """A 50 MB transcript for `parser`: a real recorded failure repeated until it is full."""
+    return write(folder / f"{parser}.log", (REAL / CASES[parser]).read_bytes())
 
 
 def main() -> None:
     print(f"50 MB transcripts, tail window {TAIL_BYTES // 1024} KiB, median of {RUNS}")
     print(f"{'parser':8} {'transcript':24} {'median':>10} {'peak mem':>10}")
     with tempfile.TemporaryDirectory() as tmp:
-        for parser, name in CASES.items():
-            path = write(Path(tmp) / f"{parser}.log", (REAL / name).read_bytes())
-            rows = [("recorded failure x N", path)]
+        for parser in CASES:
+            rows = [("recorded failure x N", recorded_failure(parser, Path(tmp)))]
             for label, unit in HOSTILE.items():
                 rows.append((label, write(Path(tmp) / f"{parser}-{len(rows)}.log", unit)))
             for label, transcript in rows:
-                ms, mb = measure(parser, transcript)
+                samples, mb = measure(parser, transcript)
+                ms = statistics.median(samples)
                 print(f"{parser:8} {label:24} {ms:8.2f}ms {mb:8.2f}MB")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 _UNIT_S = {
     "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
@@ -58,6 +57,9 @@ def _zone(name: str | None) -> tzinfo | None:
         return None
     if name.upper() in {"UTC", "GMT", "Z"}:
         name = "UTC"
+    # Few transcripts name a zone: serve need not carry zoneinfo in every round.
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

@@ -78,7 +78,8 @@ class _Target:
 class Hooks:
     """Every admitted plugin's hooks, per family, with failure counting and quarantine.
 
-    Owns the sandbox: it stays up only while a third-party plugin is admitted.
+    Owns the sandbox: it stays up only while a third-party plugin is admitted and not
+    quarantined (a quarantined plugin gets no more calls until serve restarts).
     """
 
     def __init__(
@@ -269,8 +270,10 @@ class Hooks:
         return _Target(plugin.name, plugin.families, plugin.event_kinds, call)
 
     def _keep_sandbox_while_needed(self) -> None:
-        """The fork server runs only while some admitted plugin needs it."""
-        if self._sandbox is not None and not self._admission.admitted:
+        """The fork server runs only while some admitted plugin may still be called."""
+        if self._sandbox is not None and all(
+            target.quarantined is not None for target in self._plugins.values()
+        ):
             self.close()
 
     def _hooks(self, family: Family) -> Iterator[tuple[_Target, str]]:
@@ -332,6 +335,7 @@ class Hooks:
                 f"{target.failures} failed calls in a row; the last: {label} {cause}"
             )
             self._emit("plugin_quarantined", name=target.name, reason=target.quarantined)
+            self._keep_sandbox_while_needed()
 
     def _succeeded(self, target: _Target) -> None:
         target.failures = 0

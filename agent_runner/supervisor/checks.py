@@ -6,7 +6,6 @@ pass a config another refuses. Each check only reads; a failure's detail names t
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -140,6 +139,8 @@ def _notify(config: Config) -> Found:
                 "asked to report its own failure)",
             )
         if kind not in REGISTRY and "." not in kind:  # "<plugin>.<kind>": known at admission
+            import difflib  # noqa: PLC0415 - only a misspelt kind needs it, never a round
+
             close = difflib.get_close_matches(kind, list(REGISTRY), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return Found(False, f"notify.on[{i}]: {kind!r} is not an event kind{hint}")

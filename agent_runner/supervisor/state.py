@@ -54,9 +54,16 @@ _SUMMARY_KEYS = _SECTIONS["last_round"][1]
 
 
 def write_state(log_dir: Path, state: dict[str, Any]) -> None:
-    """Replace state.json with `state` atomically."""
+    """Replace state.json with `state` atomically.
+
+    An OSError names state.json, not the temporary file: each try has a new one, and the
+    same refusal must read the same every time (serve reports each distinct one once).
+    """
     data = json.dumps(state, separators=(",", ":"), sort_keys=True, default=str).encode()
-    write_atomic(log_dir / STATE_NAME, data)
+    try:
+        write_atomic(log_dir / STATE_NAME, data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(log_dir / STATE_NAME)) from None
 
 
 def read_state(log_dir: Path) -> dict[str, Any]:

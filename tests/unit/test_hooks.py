@@ -358,6 +358,27 @@ def test_the_sandbox_runs_only_while_a_third_party_plugin_is_admitted() -> None:
     assert some.helper_pids() == ()
 
 
+def test_the_sandbox_stops_once_every_third_party_plugin_is_quarantined() -> None:
+    failing = CallResult("raised", None, "E", None, None, "")
+    dispatcher, box, _ = hooks(
+        plugin("alpha", spawn=("wait",)),
+        plugin("beta", spawn=("wait",)),
+        answers={("alpha", "wait"): failing, ("beta", "wait"): spawn()},
+        quarantine_after=2,
+    )
+    for _ in range(3):
+        dispatcher.before_spawn(VIEW)
+    # alpha is quarantined; beta may still be called, so its fork server stays.
+    assert not box.closed
+    box.answers[("beta", "wait")] = failing
+    dispatcher.before_spawn(VIEW)
+    assert not box.closed
+    dispatcher.before_spawn(VIEW)
+    assert box.closed
+    assert dispatcher.helper_pids() == ()
+    assert [row["state"] for row in dispatcher.state()] == ["quarantined", "quarantined"]
+
+
 def test_settings_for_a_plugin_that_is_not_admitted_are_warned_once() -> None:
     _, _, events = hooks(plugin("alpha"), settings={"alpha": {}, "ghost": {"a": 1}})
     assert events.of("plugin_settings_unused") == [

@@ -42,6 +42,17 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"], "no temp file is left"
 
 
+def test_a_refused_write_names_state_json_the_same_way_every_time(tmp_path: Path) -> None:
+    """Not the temporary file, whose name changes with every try: serve says each cause once."""
+    missing = tmp_path / "gone"
+    errors = []
+    for _ in range(2):
+        with pytest.raises(FileNotFoundError) as caught:
+            write_state(missing, {})
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == f"[Errno 2] No such file or directory: '{missing}/state.json'"
+
+
 @pytest.mark.parametrize("content", [b"", b"{not json", b"[1, 2]", b"\x00\xff"])
 def test_unreadable_state_reads_as_empty(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "state.json").write_bytes(content)
