@@ -19,6 +19,8 @@ from agent_runner.observe.peek import budget_report, describe_reaping
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.supervisor import landlock
+from agent_runner.supervisor.agentpolicy import exposed_inputs, verdict, write_rules
 from agent_runner.supervisor.boot import (
     check_log_dir,
     check_notify,
@@ -55,6 +57,7 @@ def run_checks(config_path: Path | None, *, sandbox: bool = True) -> list[Check]
     probes: list[Callable[[Config], Iterator[Check]]] = [
         _agent_command,
         _agent_setup,
+        _agent_confinement,
         _prompt_files,
         _work_tree,
         _secured_work,
@@ -159,6 +162,58 @@ def _aider_setup(config: Config) -> Iterator[Check]:
             " every round leaves the tree dirty",
             "add '.aider*' to the repository's .git/info/exclude (or to .gitignore)",
         )
+
+
+def _agent_confinement(config: Config) -> Iterator[Check]:
+    """The effective `[agent] confine` policy on this kernel; a recommendation when it is off."""
+    mode = config.agent.confine
+    decided = verdict(mode, landlock.abi_version())
+    if mode == "off":
+        yield Check(
+            "agent confinement",
+            "warn",
+            "off: the agent may write wherever its uid can (your home, other projects)",
+            'set agent.confine = "workdir" (docs/agents.md: what it protects and what not)',
+        )
+        return
+    if decided.action == "refuse":
+        yield Check(
+            "agent confinement",
+            "FAIL",
+            f'"workdir" but {decided.reason}',
+            'use a kernel with Landlock, or agent.confine = "workdir-if-available"',
+        )
+        return
+    if decided.action == "unconfined":
+        yield Check(
+            "agent confinement",
+            "warn",
+            f"{mode}: the agent runs unconfined: {decided.reason}",
+            "use a kernel with Landlock (>= 5.13)",
+        )
+        return
+    groups: dict[str, list[str]] = {}
+    for rule in write_rules(config):
+        groups.setdefault(rule.why, []).append(_describe_rule(rule.path, rule.create))
+    beneath = "; ".join(f"{why} {', '.join(paths)}" for why, paths in groups.items())
+    yield Check(
+        "agent confinement",
+        "ok",
+        f"{mode} (Landlock ABI {landlock.abi_version()}): writes only beneath: {beneath}",
+    )
+    for path in exposed_inputs(config):
+        yield Check(
+            "agent confinement",
+            "warn",
+            f"the agent can still write {path}: it is beneath a writable path",
+            "keep agent-runner.toml and log_dir outside the work tree",
+        )
+
+
+def _describe_rule(path: Path, create: bool) -> str:
+    if path.exists():
+        return str(path)
+    return f"{path} (created by serve)" if create else f"{path} (missing: not writable)"
 
 
 def _json_file(path: Path) -> dict[str, Any]:

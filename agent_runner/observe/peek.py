@@ -202,7 +202,9 @@ def render_peek(snap: dict[str, Any]) -> str:
         quiet = "" if silent is None else f", silent {silent}s"
         quiet += f" (ended at {idle:g}s)" if silent is not None and idle else ""
         elapsed = current.get("elapsed_s")
-        lines.append(f"round       {current['number']} running for {elapsed}s{quiet}")
+        lines.append(
+            f"round       {current['number']} running for {elapsed}s{quiet}" + _confinement(current)
+        )
     if last:
         lines.append(
             f"last round  {last['round']}: {last['exit_cause']} (exit {last['exit_code']}) "
@@ -272,6 +274,15 @@ def _budget_line(report: dict[str, Any]) -> str:
             f" until {until} ({waiting['remaining_s']:g}s)"
         )
     return text
+
+
+def _confinement(current: dict[str, Any]) -> str:
+    """`, confined (Landlock ABI 7)` or `, unconfined`; nothing from a serve that predates it."""
+    if "confined" not in current:
+        return ""
+    if current["confined"]:
+        return f", confined (Landlock ABI {current.get('landlock_abi')})"
+    return ", unconfined"
 
 
 def _plugins_line(verdicts: Any) -> str:

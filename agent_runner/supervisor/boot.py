@@ -19,6 +19,8 @@ from agent_runner.plugins.admission import admit
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.plugins.sandbox import Sandbox
 from agent_runner.plugins.trust import running_package
+from agent_runner.supervisor import landlock
+from agent_runner.supervisor.agentpolicy import verdict
 from agent_runner.supervisor.cgroup import RoundCgroups
 from agent_runner.supervisor.instance import Holder
 from agent_runner.supervisor.strays import MARKER_VARIABLES, Orphans, kill_orphans
@@ -41,6 +43,13 @@ def check_runnable(config: Config) -> None:
     if find_agent_program(config) is None:
         program = config.agent.command[0]
         raise ConfigError(f"{where}: agent.command: {program!r} is not an executable on PATH")
+    if config.agent.confine == "workdir":
+        decided = verdict(config.agent.confine, landlock.abi_version())
+        if decided.action == "refuse":
+            raise ConfigError(
+                f'{where}: agent.confine: "workdir" but {decided.reason}; '
+                '"workdir-if-available" runs the agent unconfined there'
+            )
     if config.agent.parser not in PARSER_NAMES:
         raise ConfigError(
             f"{where}: agent.parser: unknown parser {config.agent.parser!r}; "

@@ -1,0 +1,45 @@
+"""Test agent: try each write in the JSON list argv[1], print one JSON line of the outcomes.
+
+Each item is [label, how, path, other]: `append` a line to path (creating it), `link` path
+to other (a hard link at other), `symlink` other -> path and append through it, `mknod` a
+block device at path, `remove` path ($TMPDIR in a path is expanded). Outcome: "ok" or the
+errno's name. Exit 0.
+"""
+
+import errno
+import json
+import os
+import stat
+import sys
+
+LINE = b"written by a confined agent\n"
+
+
+def attempt(how: str, path: str, other: str) -> str:
+    try:
+        if how == "append":
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, LINE)
+            os.close(fd)
+        elif how == "link":
+            os.link(path, other)
+        elif how == "symlink":
+            os.symlink(path, other)
+            return attempt("append", other, "")
+        elif how == "mknod":
+            os.mknod(path, 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+        elif how == "remove":
+            os.unlink(path)
+        else:
+            raise ValueError(how)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return "ok"
+
+
+if __name__ == "__main__":
+    outcomes = {
+        label: attempt(how, os.path.expandvars(path), other)
+        for label, how, path, other in json.loads(sys.argv[1])
+    }
+    print(json.dumps({"outcomes": outcomes, "tmpdir": os.environ.get("TMPDIR")}), flush=True)
