@@ -83,8 +83,11 @@ class AgentConfinement:
     def enter(self, number: int) -> RoundConfinement:
         """Round `number`'s TMPDIR (empty, ours) and the ruleset to restrict the agent with."""
         tmpdir = round_tmpdir(self._log_dir, number)
-        self.leave(number)  # what an earlier round of that number left there
-        tmpdir.mkdir(mode=FOLDER_MODE)
+        try:
+            tmpdir.mkdir(mode=FOLDER_MODE)
+        except FileExistsError:
+            self.leave(number)  # what an earlier round of that number left there
+            tmpdir.mkdir(mode=FOLDER_MODE)
         if self._ruleset is None:
             return RoundConfinement(tmpdir, None, None)
         return RoundConfinement(
@@ -94,6 +97,14 @@ class AgentConfinement:
     def leave(self, number: int) -> None:
         """Remove round `number`'s TMPDIR: its agent and every descendant are gone."""
         path = round_tmpdir(self._log_dir, number)
+        try:
+            path.rmdir()  # the agent left it empty: one system call between two rounds
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass  # not empty, or not a folder any more: the careful way below
+        else:
+            return
         problem = _remove_tree(path)
         if problem is not None:
             self._emit("agent_tmpdir_cleanup_failed", path=str(path), reason=problem)

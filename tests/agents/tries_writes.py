@@ -2,8 +2,8 @@
 
 Each item is [label, how, path, other]: `append` a line to path (creating it), `link` path
 to other (a hard link at other), `symlink` other -> path and append through it, `mknod` a
-block device at path, `remove` path ($TMPDIR in a path is expanded). Outcome: "ok" or the
-errno's name. Exit 0.
+block device at path, `remove` path, `locked_folder`: a folder with a file inside, left
+mode 000 ($TMPDIR in a path is expanded). Outcome: "ok" or the errno's name. Exit 0.
 """
 
 import errno
@@ -30,6 +30,11 @@ def attempt(how: str, path: str, other: str) -> str:
             os.mknod(path, 0o600 | stat.S_IFBLK, os.makedev(7, 0))
         elif how == "remove":
             os.unlink(path)
+        elif how == "locked_folder":
+            os.makedirs(os.path.join(path, "inner"))
+            with open(os.path.join(path, "inner", "file"), "w") as handle:
+                handle.write("left behind\n")
+            os.chmod(path, 0)
         else:
             raise ValueError(how)
     except OSError as exc:

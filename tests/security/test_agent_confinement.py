@@ -69,6 +69,7 @@ class Layout:
         return [
             ["work", "append", str(self.work / "notes.txt"), ""],
             ["tmpdir", "append", "$TMPDIR/scratch", ""],
+            ["tmpdir_locked", "locked_folder", "$TMPDIR/locked", ""],
             ["state_folder", "append", str(self.home / ".claude" / "session.json"), ""],
             ["dev_null", "append", "/dev/null", ""],
             ["etc", "append", str(self.etc), ""],
@@ -125,6 +126,7 @@ def test_a_confined_agent_writes_only_where_its_round_needs(served: Served, land
         "symlink": "EACCES",
         "work": "ok",
         "tmpdir": "ok",
+        "tmpdir_locked": "ok",
         "state_folder": "ok",
         "dev_null": "ok",
         "etc": "EACCES",
@@ -135,7 +137,7 @@ def test_a_confined_agent_writes_only_where_its_round_needs(served: Served, land
     assert not layout.etc.exists()
     assert LINE in (layout.work / "notes.txt").read_text()
     assert LINE in (layout.home / ".claude" / "session.json").read_text()
-    # Its TMPDIR was its round's own, and is gone with the round.
+    # Its TMPDIR was its round's own, and is gone with the round, a folder left mode 000 too.
     tmpdir = Path(report["tmpdir"])
     assert tmpdir == layout.log_dir / "agent-tmp" / "round-000001"
     assert not tmpdir.exists()
