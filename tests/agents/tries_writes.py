@@ -3,7 +3,8 @@
 Each item is [label, how, path, other]: `append` a line to path (creating it), `link` path
 to other (a hard link at other), `symlink` other -> path and append through it, `mknod` a
 block device at path, `remove` path, `locked_folder`: a folder with a file inside, left
-mode 000 ($TMPDIR in a path is expanded). Outcome: "ok" or the errno's name. Exit 0.
+mode 000 ($TMPDIR in a path is expanded). Outcome: "ok" or the errno's name; also its uid
+and TMPDIR. Exit 0.
 """
 
 import errno
@@ -47,4 +48,5 @@ if __name__ == "__main__":
         label: attempt(how, os.path.expandvars(path), other)
         for label, how, path, other in json.loads(sys.argv[1])
     }
-    print(json.dumps({"outcomes": outcomes, "tmpdir": os.environ.get("TMPDIR")}), flush=True)
+    report = {"outcomes": outcomes, "tmpdir": os.environ.get("TMPDIR"), "uid": os.getuid()}
+    print(json.dumps(report), flush=True)

@@ -135,6 +135,8 @@ def test_a_confined_agent_writes_only_where_its_round_needs(served: Served, land
     }
     assert layout.untouched()
     assert not layout.etc.exists()
+    # Confinement keeps the supervisor's uid for the agent: root stays root.
+    assert report["uid"] == served.uid
     assert LINE in (layout.work / "notes.txt").read_text()
     assert LINE in (layout.home / ".claude" / "session.json").read_text()
     # Its TMPDIR was its round's own, and is gone with the round, a folder left mode 000 too.
