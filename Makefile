@@ -11,7 +11,7 @@ ifneq ($(LANDLOCK_ABI),0)
 export AGENT_RUNNER_REQUIRE_CONFINEMENT ?= 1
 endif
 
-.PHONY: demo test lint typecheck unit docs clean bench whitelist record
+.PHONY: demo test lint typecheck unit docs clean bench whitelist record confined-clis
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "agent-runner needs Python >= 3.11")'
@@ -53,6 +53,10 @@ bench: $(STAMP)
 # Re-record tests/fixtures/transcripts/real/ from the pinned CLIs (root, loopback only; slow).
 record: $(STAMP)
 	$(BIN)/python scripts/record-transcripts record
+
+# Each pinned real CLI's success case under [agent] confine = "workdir" (root, loopback only).
+confined-clis: $(STAMP)
+	$(BIN)/python scripts/record-transcripts confined
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -20,7 +20,8 @@ from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
 from agent_runner.files import read_regular
-from agent_runner.presets import FOLDER as PRESETS, preset_names
+from agent_runner.presets import FOLDER as PRESETS
+from agent_runner.presets import preset_names
 
 CONFIG_NAME = "agent-runner.toml"
 SCHEMA_VERSION = 1
@@ -41,6 +42,8 @@ GIVE_UP_KINDS = (
     "internal_error_loop",
     "work_tree_changed",
 )
+CONFINE_MODES = ("off", "workdir", "workdir-if-available")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "parser": Key("str", None),
         "env": Key("str_table", None),
         "sigterm_grace_s": Key("number", 10, 0.1, 600),
+        "confine": Key("str", "off", choices=CONFINE_MODES),
+        "writable": Key("str_list", []),
     },
     "prompt": {"files": Key("str_list", ["prompts/main.md"])},
     "runtime": {
@@ -122,6 +127,14 @@ TOP_LEVEL = ("schema_version", *SCHEMA)
 
 
 @dataclass(frozen=True)
+class WritablePath:
+    """A path the confined agent may write beneath; `create`: a folder made when missing."""
+
+    path: Path
+    create: bool
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     preset: str | None
     command: tuple[str, ...]
@@ -129,6 +142,8 @@ class AgentConfig:
     parser: str
     env: Mapping[str, str]
     sigterm_grace_s: float
+    confine: Literal["off", "workdir", "workdir-if-available"] = "off"
+    writable: tuple[WritablePath, ...] = ()  # the preset's, then [agent] writable
 
 
 @dataclass(frozen=True)
@@ -432,6 +447,11 @@ class _Parser:
         if not NAME_RE.match(merged["parser"]):
             shown = _show(merged["parser"])
             raise self.fail("agent.parser", f"not a parser or plugin name: {shown}")
+        agent_env = {**os.environ, **merged["env"]}
+        writable = [
+            *self.writable("preset writable", preset.get("writable", []), agent_env),
+            *self.writable("agent.writable", values["writable"], agent_env),
+        ]
         return AgentConfig(
             preset=values["preset"],
             command=tuple(merged["command"]),
@@ -439,7 +459,35 @@ class _Parser:
             parser=merged["parser"],
             env=merged["env"],
             sigterm_grace_s=float(merged["sigterm_grace_s"]),
+            confine=values["confine"],
+            writable=tuple(dict.fromkeys(writable)),
         )
+
+    def writable(
+        self, where: str, entries: list[str], env: Mapping[str, str]
+    ) -> list[WritablePath]:
+        """`~/…` in the agent's HOME, `$NAME/…` in its variable NAME (left out when unset), or
+        a path; a trailing "/" names a folder serve creates when it is missing."""
+        paths = []
+        for i, entry in enumerate(entries):
+            head, _, rest = entry.partition("/")
+            if head == "~":
+                start = env.get("HOME") or os.path.expanduser("~")
+            elif head.startswith("$"):
+                if not ENV_NAME_RE.match(head[1:]):
+                    raise self.fail(f"{where}[{i}]", f"not a variable name: {_show(head)}")
+                start = env.get(head[1:], "")
+                if not start:
+                    continue  # the agent has no such folder to write
+            elif entry.startswith("~"):
+                raise self.fail(f"{where}[{i}]", "only ~/ (the agent's HOME) may start a path")
+            else:
+                start, rest = entry, ""
+            if not start:
+                raise self.fail(f"{where}[{i}]", "must not be empty")
+            path = self.resolve(f"{where}[{i}]", os.path.join(start, rest))
+            paths.append(WritablePath(path, create=entry.endswith("/")))
+        return paths
 
     def prompt(self, values: dict[str, Any]) -> PromptConfig:
         if not values["files"]:
@@ -620,6 +668,14 @@ def render_docs() -> str:
         "`agent.preset` supplies them. `plugins.pin` keys are entry-point names; values must",
         "match `^sha256:[0-9a-f]{64}$`. A `plugins.settings.<name>` table reaches that plugin's",
         "hooks as `view.settings`, so it holds JSON data only: no dates or times, `nan` or `inf`.",
+        "",
+        '`agent.confine = "workdir"` lets the agent write only beneath its work tree, the',
+        "transcripts folder, a TMPDIR of each round's own, a few devices, the preset's state",
+        'folders and `agent.writable` (docs/agents.md); `"workdir-if-available"` runs it',
+        "unconfined where the kernel has no Landlock. `agent.writable` entries are added to the",
+        "preset's: `~/…` is in the agent's HOME, `$NAME/…` in its variable NAME (left out when",
+        'unset), and a trailing "/" names a folder serve creates when missing. Both keys take',
+        "effect when serve restarts.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -58,8 +58,26 @@ REGISTRY: dict[str, Kind] = _kinds(
     ("round_start", "round", "a round begins (gates passed)"),
     (
         "agent_spawn",
-        "round pid pgid argv transcript cgroup",
-        "the agent process was started (cgroup: its round cgroup, or null)",
+        "round pid pgid argv transcript cgroup confined landlock_abi",
+        "the agent process was started (cgroup: its round cgroup, or null; confined: whether "
+        "Landlock confines it, at landlock_abi, null when not)",
+    ),
+    (
+        "agent_confinement_prepared",
+        "landlock_abi writable skipped",
+        "agent.confine: the agents of this serve write only beneath `writable`; skipped: "
+        '"path: why" for each path left out (once per serve)',
+    ),
+    (
+        "agent_confinement_unavailable",
+        "requested reason",
+        'agent.confine = "workdir-if-available" on a kernel without Landlock: the agents of '
+        "this serve run unconfined (once per serve)",
+    ),
+    (
+        "agent_tmpdir_cleanup_failed",
+        "path reason",
+        "a round's TMPDIR (or what an earlier serve left of one) could not be removed",
     ),
     ("agent_spawn_failed", "round reason", "the agent could not be started (counts as a failure)"),
     ("agent_exit", "round exit_code signal exit_cause duration_s", "the agent exited"),

@@ -77,6 +77,8 @@ class Round:
     agent_pid: Annotated[int | None, "the agent's pid (its process group and session leader)"]
     cgroup: Annotated[str | None, "the round's own cgroup, where it has one"]
     silent_s: Annotated[float | None, "seconds since the agent last wrote to its transcript"]
+    confined: Annotated[bool | None, "whether Landlock confines the agent ([agent] confine)"]
+    landlock_abi: Annotated[int | None, "the Landlock ABI it is confined at; null unconfined"]
 
 
 @dataclass(kw_only=True, eq=False)

@@ -30,6 +30,8 @@ from agent_runner.observe.peek import budget_block, describe_reaping
 from agent_runner.observe.pluginlist import plugin_rows
 from agent_runner.plugins import discovery
 from agent_runner.plugins.sandbox import Sandbox
+from agent_runner.supervisor import landlock
+from agent_runner.supervisor.agentpolicy import exposed_inputs, verdict, write_rules
 from agent_runner.supervisor.cgroup import CgroupUnavailable, place
 from agent_runner.supervisor.checks import BOOT_CHECKS, CheckResult, Status, notify_program
 from agent_runner.supervisor.instance import project_key, read_holder
@@ -70,6 +72,7 @@ def diagnose(config_path: Path | None, *, sandbox: bool = True) -> Diagnosis:
     found.plugins = plugin_rows(config)
     probes: list[Callable[[Config], Iterator[CheckResult]]] = [
         _agent_setup,
+        _agent_confinement,
         _git,
         _secured_work,
         _silence_watchdog,
@@ -158,6 +161,52 @@ def _aider_setup(config: Config) -> Iterator[CheckResult]:
             " every round leaves the tree dirty",
             "add '.aider*' to the repository's .git/info/exclude (or to .gitignore)",
         )
+
+
+def _agent_confinement(config: Config) -> Iterator[CheckResult]:
+    """The effective `[agent] confine` policy on this kernel; a recommendation when it is off."""
+    mode = config.agent.confine
+    decided = verdict(mode, landlock.abi_version())
+    if mode == "off":
+        yield CheckResult(
+            "agent confinement",
+            "warn",
+            "off: the agent may write wherever its uid can (your home, other projects)",
+            'set agent.confine = "workdir" (docs/agents.md: what it protects and what not)',
+        )
+        return
+    if decided.action == "refuse":
+        return  # the boot check "agent confinement" fails with the reason
+    if decided.action == "unconfined":
+        yield CheckResult(
+            "agent confinement",
+            "warn",
+            f"{mode}: the agent runs unconfined: {decided.reason}",
+            "use a kernel with Landlock (>= 5.13)",
+        )
+        return
+    groups: dict[str, list[str]] = {}
+    for rule in write_rules(config):
+        groups.setdefault(rule.why, []).append(_describe_rule(rule.path, rule.create))
+    beneath = "; ".join(f"{why} {', '.join(paths)}" for why, paths in groups.items())
+    yield CheckResult(
+        "agent confinement",
+        "ok",
+        f"{mode} (Landlock ABI {landlock.abi_version()}): writes only beneath: {beneath}",
+    )
+    for path in exposed_inputs(config):
+        yield CheckResult(
+            "agent confinement",
+            "warn",
+            f"the agent can still write {path}: it is beneath a writable path",
+            "keep agent-runner.toml and log_dir outside the work tree",
+        )
+
+
+def _describe_rule(path: Path, create: bool) -> str:
+    if path.exists():
+        return str(path)
+    return f"{path} (created by serve)" if create else f"{path} (missing: not writable)"
 
 
 def _json_file(path: Path) -> dict[str, Any]:

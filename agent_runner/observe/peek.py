@@ -228,6 +228,7 @@ def round_block(view: View) -> Round | None:
     started = _number(current.get("started_at"))
     budget = _number(current.get("budget_s"))
     cgroup = current.get("cgroup")
+    confined = current.get("confined")
     return Round(
         n=number,
         started_at=started,
@@ -238,6 +239,8 @@ def round_block(view: View) -> Round | None:
         silent_s=_silent_s(transcript_path(view.config.runtime.log_dir, number), view.now)
         if number > 0
         else None,
+        confined=confined if isinstance(confined, bool) else None,
+        landlock_abi=_int(current.get("landlock_abi")),
     )
 
 

@@ -92,7 +92,14 @@ def _round_line(current: Round, idle_timeout_s: float = 0) -> str:
     if current.silent_s is not None:
         quiet = f", silent {duration(current.silent_s)}"
         quiet += f" (ended at {duration(idle_timeout_s)})" if idle_timeout_s else ""
-    return f"{current.n}: {elapsed} of {duration(current.budget_s)}{pid}{quiet}"
+    confined = ""
+    if current.confined is not None:
+        confined = (
+            f", confined (Landlock ABI {current.landlock_abi})"
+            if current.confined
+            else ", unconfined"
+        )
+    return f"{current.n}: {elapsed} of {duration(current.budget_s)}{pid}{quiet}{confined}"
 
 
 def _summary_line(summary: RoundSummary) -> str:

@@ -17,6 +17,8 @@ from agent_runner.config import Config, read_prompt
 from agent_runner.errors import ConfigError, GitError
 from agent_runner.events import REGISTRY
 from agent_runner.parsers import PARSER_NAMES
+from agent_runner.supervisor import landlock
+from agent_runner.supervisor.agentpolicy import verdict
 from agent_runner.supervisor.program import Program, find_program
 
 Status = Literal["ok", "warn", "fail"]
@@ -115,6 +117,20 @@ def log_dir_problem(log_dir: Path) -> str | None:
     return None
 
 
+def _agent_confinement(config: Config) -> Found:
+    mode = config.agent.confine
+    decided = verdict(mode, landlock.abi_version())
+    if decided.action == "refuse":
+        return Found(
+            False,
+            f'agent.confine: "workdir" but {decided.reason}; '
+            '"workdir-if-available" runs the agent unconfined there',
+        )
+    return Found(
+        True, mode if decided.action == "confine" or mode == "off" else f"{mode}: unconfined"
+    )
+
+
 def _prompt_files(config: Config) -> Found:
     try:
         size = len(read_prompt(config))
@@ -165,6 +181,12 @@ BOOT_CHECKS: tuple[BootCheck, ...] = (
         "agent command",
         "install it, fix agent.command, or fix the script's #! line",
         _agent_command,
+        True,
+    ),
+    BootCheck(
+        "agent confinement",
+        'use a kernel with Landlock, or agent.confine = "workdir-if-available"',
+        _agent_confinement,
         True,
     ),
     BootCheck("agent parser", "set agent.parser to one of the builtin parsers", _parser, True),

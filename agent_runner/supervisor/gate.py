@@ -31,10 +31,18 @@ CHILD_DEFAULT_SIGNALS = tuple(
 
 
 @dataclass(frozen=True)
+class Confine:
+    """A Landlock ruleset the child restricts itself with just before exec, and the flags."""
+
+    ruleset_fd: int
+    flags: int
+
+
+@dataclass(frozen=True)
 class ExecFailure:
     """Why the child could not start the program: the step (`chdir`, `exec`) and the error."""
 
-    step: str
+    step: str  # "chdir", "confine" or "exec"
     error: OSError
 
 
@@ -47,13 +55,16 @@ class GatedChild:
         self._ready: OSError | bool | None = False  # False until the child's report is read
 
     @classmethod
-    def spawn(cls, into: Path | None = None) -> GatedChild:
+    def spawn(cls, into: Path | None = None, *, landlock: bool = False) -> GatedChild:
         """Start the child; with `into` (a cgroup's cgroup.procs) it first moves itself there.
 
         The move may wait out an RCU grace period: the child waits for it, not the caller.
+        `landlock`: it loads what confining its agent takes while it waits (any child can).
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-I", "-S", "-B", gatekeeper.__file__, str(CHILD_FD)]
+        if landlock:
+            argv.append(gatekeeper.PRELOAD_LANDLOCK)
         if into is not None:
             argv.append(os.fsdecode(into))
         try:
@@ -94,21 +105,25 @@ class GatedChild:
         env: Mapping[str, str],
         stdin_fd: int,
         out_fd: int,
+        confine: Confine | None = None,
     ) -> ExecFailure | None:
         """Run `argv`; block until it has exec'd (None) or the child reported why it could not.
 
-        `stdin_fd` becomes its stdin, `out_fd` its stdout and stderr.
+        `stdin_fd` becomes its stdin, `out_fd` its stdout and stderr. With `confine` the child
+        restricts itself with that Landlock ruleset first, or does not exec at all.
         """
         payload = gatekeeper.encode(
             [os.fsencode(p) for p in _candidates(argv[0], env)],
             [os.fsencode(a) for a in argv],
             [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()],
             os.fsencode(cwd),
+            landlock_flags=0 if confine is None else confine.flags,
         )
+        fds = [stdin_fd, out_fd] if confine is None else [stdin_fd, out_fd, confine.ruleset_fd]
         chunk = gatekeeper.FIRST_CHUNK
         try:
             self.placed()
-            socket.send_fds(self._gate, [payload[:chunk]], [stdin_fd, out_fd])
+            socket.send_fds(self._gate, [payload[:chunk]], fds)
             if payload[chunk:]:
                 self._gate.sendall(payload[chunk:])
         except OSError:

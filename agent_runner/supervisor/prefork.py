@@ -28,10 +28,14 @@ class Prepared:
 
 
 class Prefork:
-    """Holds the gated children of the next rounds, by round number."""
+    """Holds the gated children of the next rounds, by round number.
 
-    def __init__(self) -> None:
+    `landlock`: the children load what confining their agent takes while they wait.
+    """
+
+    def __init__(self, *, landlock: bool = False) -> None:
         self._ready: dict[int, Prepared] = {}
+        self.landlock = landlock
 
     def take(
         self, number: int, cgroups: RoundCgroups | None, failed: Callable[[str], None]
@@ -42,7 +46,7 @@ class Prefork:
         """
         for stale in [n for n in self._ready if n < number]:
             _discard(self._ready.pop(stale))
-        ready = self._ready.pop(number, None) or _start(number, cgroups, failed)
+        ready = self._ready.pop(number, None) or _start(number, cgroups, failed, self.landlock)
         problem = ready.child.placed()
         if problem is None or ready.cgroup is None:
             return ready
@@ -58,7 +62,7 @@ class Prefork:
         for number in range(after + 1, after + 1 + AHEAD):
             if number not in self._ready:
                 with contextlib.suppress(OSError):
-                    self._ready[number] = _start(number, cgroups, failed)
+                    self._ready[number] = _start(number, cgroups, failed, self.landlock)
 
     def pids(self) -> tuple[int, ...]:
         """The waiting children's pids (round-end reaping must spare them)."""
@@ -70,7 +74,9 @@ class Prefork:
             _discard(self._ready.popitem()[1])
 
 
-def _start(number: int, cgroups: RoundCgroups | None, failed: Callable[[str], None]) -> Prepared:
+def _start(
+    number: int, cgroups: RoundCgroups | None, failed: Callable[[str], None], landlock: bool
+) -> Prepared:
     cgroup: RoundCgroup | None = None
     if cgroups is not None:
         try:
@@ -78,7 +84,7 @@ def _start(number: int, cgroups: RoundCgroups | None, failed: Callable[[str], No
         except CgroupUnavailable as exc:
             failed(str(exc))
     try:
-        child = GatedChild.spawn(into=None if cgroup is None else cgroup.procs)
+        child = GatedChild.spawn(into=None if cgroup is None else cgroup.procs, landlock=landlock)
     except OSError:
         if cgroup is not None:
             cgroup.remove()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from agent_runner.errors import AgentRunnerError
-from agent_runner.supervisor.gate import ExecFailure, GatedChild
+from agent_runner.supervisor.gate import Confine, ExecFailure, GatedChild
 from agent_runner.supervisor.program import interpreter_problem
 from agent_runner.supervisor.strays import process_start_ticks
 
@@ -100,6 +100,7 @@ class AgentProcess:
         output: int | None = None,
         child: GatedChild | None = None,
         before_exec: Callable[[AgentProcess], None] = lambda _agent: None,
+        confine: Confine | None = None,
     ) -> AgentProcess:
         """Start `argv` in a new session, stdout and stderr appended to `transcript`, or
         written to the descriptor `output` when given (a transcript relay's pipe).
@@ -107,6 +108,7 @@ class AgentProcess:
         `child` is a gated child started ahead of time (a fresh one otherwise). It execs only
         once `before_exec` (recording its pid) has returned: the agent's program never runs
         unrecorded, and if this process dies first the child exits without running anything.
+        With `confine` the program runs in that Landlock domain, or not at all.
         """
         if not argv:
             raise SpawnError("the agent command is empty")
@@ -120,8 +122,10 @@ class AgentProcess:
             stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         started = time.monotonic()
         try:
-            agent, gated = cls._launch(child, started, before_exec)
-            failure = gated.start(argv, cwd=cwd, env=env, stdin_fd=stdin_r, out_fd=out)
+            agent, gated = cls._launch(child, started, before_exec, landlock=confine is not None)
+            failure = gated.start(
+                argv, cwd=cwd, env=env, stdin_fd=stdin_r, out_fd=out, confine=confine
+            )
         except BaseException:
             _close(stdin_w)
             raise
@@ -145,11 +149,13 @@ class AgentProcess:
         child: GatedChild | None,
         started: float,
         before_exec: Callable[[AgentProcess], None],
+        *,
+        landlock: bool,
     ) -> tuple[AgentProcess, GatedChild]:
         """Watch the gated child and run `before_exec`: the agent, its program not started yet."""
         if child is None:
             try:
-                child = GatedChild.spawn()
+                child = GatedChild.spawn(landlock=landlock)
             except OSError as exc:
                 raise SpawnError(f"cannot start the agent: {exc.strerror}") from exc
         try:
@@ -407,6 +413,8 @@ def _describe_spawn_failure(
                 return f"cannot start {argv[0]!r}: {problem}"
             return f"cannot start {argv[0]!r}: not found (is it installed and on PATH?)"
         return f"cannot start {argv[0]!r}: {exc.strerror}"
+    if failure.step == "confine":
+        return f"cannot start {argv[0]!r}: Landlock refused to confine it: {exc.strerror}"
     return f"cannot start {argv[0]!r} in {cwd}: {exc.strerror}"
 
 

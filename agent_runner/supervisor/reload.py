@@ -9,8 +9,16 @@ from agent_runner.errors import ConfigError
 from agent_runner.events import Emit
 from agent_runner.supervisor.checks import RELOAD_CHECKS, require
 
-# These only take effect when serve restarts: they decide which process, lock and logs we own.
-RESTART_ONLY = ("plugins", "runtime.work_dir", "runtime.log_dir", "runtime.round_cgroup")
+# These only take effect when serve restarts: they decide which process, lock and logs we own,
+# and what the agent may write (an agent able to edit the config must not widen that itself).
+RESTART_ONLY = (
+    "plugins",
+    "runtime.work_dir",
+    "runtime.log_dir",
+    "runtime.round_cgroup",
+    "agent.confine",
+    "agent.writable",
+)
 SECTIONS = (
     *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "budget", "notify"),
     "plugins",
@@ -50,7 +58,12 @@ class ConfigWatcher:
         runtime = replace(
             fresh.runtime, work_dir=running.work_dir, log_dir=running.log_dir, stop_file=stop_file
         )
-        self.running = replace(fresh, plugins=self.running.plugins, runtime=runtime)
+        agent = replace(
+            fresh.agent,
+            confine=self.running.agent.confine,
+            writable=self.running.agent.writable,
+        )
+        self.running = replace(fresh, plugins=self.running.plugins, agent=agent, runtime=runtime)
         if applied:
             self.emit("config_reloaded", changed=applied)
         if deferred:

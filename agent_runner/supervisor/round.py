@@ -12,7 +12,9 @@ from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.events import Emit, redact_argv
 from agent_runner.parsers import Findings, parse_transcript, report_findings
+from agent_runner.supervisor.agentpolicy import round_tmpdir
 from agent_runner.supervisor.cgroup import NO_USAGE, CgroupUnavailable, RoundCgroup, RoundCgroups
+from agent_runner.supervisor.confinement import AgentConfinement, RoundConfinement
 from agent_runner.supervisor.dirty import Decide, TreeReport, secure_tree
 from agent_runner.supervisor.prefork import Prefork
 from agent_runner.supervisor.process import (
@@ -63,16 +65,18 @@ class RoundResult:
 class RoundRunner:
     """Runs rounds for one serve.
 
-    `on_spawn` records the agent in state.json before its program starts. With `cgroups` each
-    round runs in a cgroup of its own; `cgroup_failed` hears once why that stopped working.
-    `prefork` holds the children started ahead for the next rounds.
+    `on_spawn` records the agent (and the Landlock ABI confining it, or None) in state.json
+    before its program starts. With `cgroups` each round runs in a cgroup of its own;
+    `cgroup_failed` hears once why that stopped working. `prefork` holds the children started
+    ahead for the next rounds. With `confinement` each agent gets a TMPDIR of its own and,
+    where the kernel offers Landlock, writes only where agentpolicy.py says.
     """
 
     config: Config
     emit: Emit
     stop: StopControl
     clock: Clock
-    on_spawn: Callable[[int, AgentProcess, RoundCgroup | None], None]
+    on_spawn: Callable[[int, AgentProcess, RoundCgroup | None, int | None], None]
     in_git: bool = True
     pinned: vcs.TreeIdentity | None = None
     tick: Callable[[], None] = lambda: None
@@ -82,6 +86,7 @@ class RoundRunner:
     cgroups: RoundCgroups | None = None
     cgroup_failed: Callable[[str], None] = lambda _reason: None
     prefork: Prefork = field(default_factory=Prefork)
+    confinement: AgentConfinement | None = None
 
     def run(self, number: int, prompt: bytes, head_before: str | None) -> RoundResult:
         """Run round `number`; `head_before` is HEAD as the previous round left it."""
@@ -94,7 +99,11 @@ class RoundRunner:
         )
         env = round_environment(config, number)
         cgroup: RoundCgroup | None = None
+        confined: RoundConfinement | None = None
         try:
+            if self.confinement is not None:
+                confined = self.confinement.enter(number)
+            abi = confined.landlock_abi if confined else None
             relay = TranscriptRelay.open(transcript, runtime.transcript_max_bytes)
             try:
                 prepared = self.prefork.take(number, self.cgroups, self.cgroup_failed)
@@ -107,26 +116,16 @@ class RoundRunner:
                     transcript=transcript,
                     output=relay.agent_fd,
                     child=prepared.child,
-                    before_exec=lambda agent: self.on_spawn(number, agent, cgroup),
+                    before_exec=lambda agent: self.on_spawn(number, agent, cgroup, abi),
+                    confine=confined.landlock if confined else None,
                 )
             except (SpawnError, OSError):
                 relay.finish()
                 raise
-        except (SpawnError, OSError) as exc:  # OSError: starting the gated child failed
+        except (SpawnError, OSError) as exc:  # OSError: the gated child or the TMPDIR failed
             if cgroup is not None:
                 cgroup.remove()
-            # A vanished binary is a failed round: the crash-loop breaker ends it, not a traceback.
-            emit("agent_spawn_failed", round=number, reason=str(exc))
-            failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
-            emit(
-                "round_end",
-                round=number,
-                exit_cause="error",
-                duration_s=0.0,
-                memory_peak_bytes=None,
-                cpu_s=None,
-            )
-            return RoundResult(number, failed, Findings(), None)
+            return self._spawn_failed(number, exc)
         relay.start()
         # The next rounds' children start and join their cgroups while this agent works.
         self.prefork.prepare(number, self.cgroups, self.cgroup_failed)
@@ -139,15 +138,19 @@ class RoundRunner:
                 argv=loggable_argv(argv, config.agent.prompt_delivery),
                 transcript=str(transcript),
                 cgroup=None if cgroup is None else str(cgroup.path),
+                confined=abi is not None,
+                landlock_abi=abi,
             )
             cause = self._wait(number, agent, relay)
         except BaseException:
             # Whatever broke, no agent may outlive its supervisor's attention.
             agent.terminate(config.agent.sigterm_grace_s)
             self._reap(cgroup)
+            self._leave(number)
             relay.finish()
             raise
         leftovers = self._reap(cgroup)
+        self._leave(number)  # every writer of its TMPDIR is gone now
         usage = cgroup.usage() if cgroup is not None else NO_USAGE
         if cgroup is not None:
             cgroup.remove()
@@ -191,6 +194,25 @@ class RoundRunner:
             )
         if report.error is not None:
             self.emit("transcript_write_failed", round=number, path=path, reason=report.error)
+
+    def _spawn_failed(self, number: int, exc: Exception) -> RoundResult:
+        # A vanished binary is a failed round: the crash-loop breaker ends it, not a traceback.
+        self._leave(number)
+        self.emit("agent_spawn_failed", round=number, reason=str(exc))
+        failed = AgentExit(exit_code=None, signal=None, cause="error", duration_s=0.0)
+        self.emit(
+            "round_end",
+            round=number,
+            exit_cause="error",
+            duration_s=0.0,
+            memory_peak_bytes=None,
+            cpu_s=None,
+        )
+        return RoundResult(number, failed, Findings(), None)
+
+    def _leave(self, number: int) -> None:
+        if self.confinement is not None:
+            self.confinement.leave(number)
 
     def _reap(self, cgroup: RoundCgroup | None) -> list[int]:
         """Kill what is left of the round (its cgroup first, as a unit); the pids killed."""
@@ -265,13 +287,17 @@ class RoundRunner:
 def round_environment(config: Config, number: int) -> dict[str, str]:
     """The environment round `number`'s agent is started with."""
     runtime = config.runtime
-    return agent_environment(
+    env = agent_environment(
         config.agent.env,
         round_no=number,
         log_dir=runtime.log_dir,
         transcript=transcript_path(runtime.log_dir, number),
         base={k: v for k, v in os.environ.items() if k not in SUPERVISOR_ONLY_ENV},
     )
+    if config.agent.confine != "off":
+        # Where a confined agent's temporary files can go: the system's /tmp is not writable.
+        env["TMPDIR"] = str(round_tmpdir(runtime.log_dir, number))
+    return env
 
 
 def own_paths(config: Config) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from agent_runner.supervisor import budget
 from agent_runner.supervisor.boot import admit_plugins, clear_git_leftovers, reap_previous_serve
 from agent_runner.supervisor.cgroup import CgroupUnavailable, RoundCgroup, RoundCgroups, locate
 from agent_runner.supervisor.checks import require, require_log_dir
+from agent_runner.supervisor.confinement import AgentConfinement
 from agent_runner.supervisor.instance import InstanceLock, project_key
 from agent_runner.supervisor.loophooks import SpawnGate, dirty_decider, observe_round
 from agent_runner.supervisor.notify import Notifications
@@ -138,6 +139,7 @@ class Serve:
     cgroups: RoundCgroups | None = None
     reaping: dict[str, Any] = field(default_factory=dict)
     prefork: Prefork = field(default_factory=Prefork)
+    confinement: AgentConfinement | None = None
     lost: str | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _next_watchdog: float = 0.0
@@ -163,6 +165,8 @@ class Serve:
                 self.pinned.close()
             if self.hooks is not None:
                 self.hooks.close()
+            if self.confinement is not None:
+                self.confinement.close()
 
     def _crashed(self, exc: Exception) -> ExitCode:
         """An internal error: recorded as phase `crashed`; exit 69 once it keeps happening."""
@@ -202,8 +206,7 @@ class Serve:
             "plugins": [],
         }
         become_subreaper()
-        self._find_cgroups()
-        self._clean_up_after(previous)
+        self._isolate_rounds(previous)
         spawn_gate = self._admit_plugins()
         # work_dir only changes on restart, so whether it is a git tree is settled once.
         work_dir = self.config.runtime.work_dir
@@ -396,6 +399,7 @@ class Serve:
             cgroups=self.cgroups,
             cgroup_failed=self._cgroup_failed,
             prefork=self.prefork,
+            confinement=self.confinement,
             tick=self._round_tick,
             tick_s=min(STOP_FILE_CHECK_S, self.notifier.watchdog_interval_s or STOP_FILE_CHECK_S),
             keep_pids=self._helper_pids,
@@ -432,7 +436,13 @@ class Serve:
         notes = self.notify.running_pids() if self.notify is not None else ()
         return (*hooks, *notes)
 
-    def _on_spawn(self, number: int, agent: AgentProcess, cgroup: RoundCgroup | None) -> None:
+    def _on_spawn(
+        self,
+        number: int,
+        agent: AgentProcess,
+        cgroup: RoundCgroup | None,
+        landlock_abi: int | None,
+    ) -> None:
         # Runs while the agent waits at its gate: once this returns, its program starts.
         self._save(
             "running",
@@ -444,6 +454,8 @@ class Serve:
                 "started_at": self.clock.now(),
                 "cgroup": None if cgroup is None else str(cgroup.path),
                 "budget_s": self.config.runtime.round_budget_s,
+                "confined": landlock_abi is not None,
+                "landlock_abi": landlock_abi,
             },
         )
 
@@ -460,6 +472,17 @@ class Serve:
         if self.lock is not None and self.lock.previous is not None:
             # A serve killed mid-git leaves its temporary index and locks behind.
             clear_git_leftovers(self.config.runtime.work_dir, self.events.emit)
+
+    def _isolate_rounds(self, previous: dict[str, Any]) -> None:
+        """Cgroups for the rounds, nothing left of the previous serve, the agents' confinement.
+
+        In this order: the cleanup needs the cgroups, and the previous serve's agents (the
+        last writers of its TMPDIRs) are gone before `[agent] confine` empties them.
+        """
+        self._find_cgroups()
+        self._clean_up_after(previous)
+        self.confinement = AgentConfinement.prepare(self.config, self.events.emit)
+        self.prefork.landlock = self.confinement is not None and self.confinement.confines
 
     def _find_cgroups(self) -> None:
         """Rounds get cgroups of their own where the host allows; else say why, once."""

@@ -2,17 +2,22 @@
 
 `record` re-runs this module as `run-case` under `unshare --net`, several cases at a time;
 `run-case` is the reusable unit (one CLI, one case) and refuses outside such a namespace.
+`confined` runs each CLI's success case with `[agent] confine = "workdir"` the same way
+(into a scratch folder, not the fixtures) and fails unless every one still succeeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agent_runner.parsers import parse_transcript
 from recording.cases import cases_for, find_case
 from recording.clis import CLIS, REPO, install
 from recording.netns import (
@@ -41,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--cli", required=True, choices=sorted(CLIS))
     one.add_argument("--case", required=True)
     one.add_argument("--out", type=Path, required=True)
+    one.add_argument("--confine", help="[agent] confine for the round (default: the preset's)")
+    conf = sub.add_parser("confined", help='each success case under confine = "workdir"')
+    conf.add_argument("--cli", action="append", choices=sorted(CLIS), help="default: all four")
     sub.add_parser("install", help="install the pinned CLIs under build/clis")
     args = parser.parse_args(argv)
     if args.command == "install":
@@ -52,23 +60,19 @@ def main(argv: list[str] | None = None) -> None:
         if args.case == "help":
             record_help(cli, args.out)
         else:
-            meta = run_case(cli, find_case(args.cli, args.case), args.out)
+            overrides = {"confine": args.confine} if args.confine else None
+            meta = run_case(
+                cli, find_case(args.cli, args.case), args.out, agent_overrides=overrides
+            )
             print(f"{args.cli} {args.case}: exit {meta['exit_code']} ({meta['exit_cause']})")
+    elif args.command == "confined":
+        confined(args.cli or sorted(CLIS))
     else:
         record(args.cli or sorted(CLIS), args.case, args.jobs)
 
 
 def record(clis: list[str], cases: list[str] | None, jobs: int) -> None:
-    reason = isolation_unavailable()
-    if reason is not None:
-        print(f"record-transcripts: skipped: {reason}", file=sys.stderr)
-        raise SystemExit(0)
-    if shutil.which("npm") is None and any(CLIS[c].registry == "npm" for c in clis):
-        print(
-            "record-transcripts: skipped: npm is not on PATH (apt-get install npm)", file=sys.stderr
-        )
-        raise SystemExit(0)
-    install(clis)
+    _install_or_exit(clis, code=0)
     work = [
         (cli, name)
         for cli in clis
@@ -93,3 +97,56 @@ def record(clis: list[str], cases: list[str] | None, jobs: int) -> None:
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         failures = sum(1 for code in pool.map(one, work) if code != 0)
     raise SystemExit(1 if failures else 0)
+
+
+def confined(clis: list[str]) -> None:
+    """Each CLI's success case, confined: exit 0, a clean round, and a transcript of success."""
+    _install_or_exit(clis, code=1)  # asked for explicitly: not running it is no success
+    with tempfile.TemporaryDirectory(prefix="agent-runner-confined-") as scratch:
+
+        def one(cli: str) -> str | None:
+            out = Path(scratch) / cli
+            argv = [sys.executable, "-m", "recording", "run-case", "--cli", cli, "--case"]
+            argv += ["success", "--out", str(out), "--confine", "workdir"]
+            done = subprocess.run(
+                in_namespace_argv(argv), cwd=REPO / "scripts", capture_output=True, check=False
+            )
+            if done.returncode != 0:
+                return f"the run failed (exit {done.returncode}): {done.stderr[-300:]!r}"
+            return _confined_success(cli, out)
+
+        with ThreadPoolExecutor(max_workers=len(clis)) as pool:
+            problems = dict(zip(clis, pool.map(one, clis), strict=True))
+    for cli, problem in problems.items():
+        print(f"{cli} {CLIS[cli].version}: " + (problem or 'succeeds under confine = "workdir"'))
+    raise SystemExit(1 if any(problems.values()) else 0)
+
+
+def _confined_success(cli: str, out: Path) -> str | None:
+    """Why the confined success case did not succeed, or None."""
+    meta = json.loads((out / "success.json").read_text())
+    if meta.get("confined") is not True:
+        return "the round was not confined"
+    if (meta["exit_code"], meta["exit_cause"]) != (0, "clean"):
+        return f"exit {meta['exit_code']} ({meta['exit_cause']})"
+    if not meta["requests"]["count"]:
+        return "it never reached the (fake) API"
+    found = parse_transcript(cli, out / "success.log", now=meta["recorded_at"], exit_cause="clean")
+    if found.transient or found.auth_error or found.setup_error:
+        return f"its transcript reports a failure: {found}"
+    return None
+
+
+def _install_or_exit(clis: list[str], *, code: int) -> None:
+    """Install the pinned CLIs; exit `code` with the reason where this host cannot run them."""
+    reason = isolation_unavailable()
+    if (
+        reason is None
+        and shutil.which("npm") is None
+        and any(CLIS[c].registry == "npm" for c in clis)
+    ):
+        reason = "npm is not on PATH (apt-get install npm)"
+    if reason is not None:
+        print(f"record-transcripts: skipped: {reason}", file=sys.stderr)
+        raise SystemExit(code)
+    install(clis)

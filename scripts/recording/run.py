@@ -143,6 +143,9 @@ def run_case(
         "requests": _summary(requests, started),
         "tree_after": tree,
     }
+    if agent_overrides:
+        meta["agent_overrides"] = agent_overrides
+        meta["confined"] = spawn["confined"]
     (out_dir / f"{case.name}.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(root, ignore_errors=True)
     return meta

@@ -28,7 +28,7 @@ def arm(step: str, record: Path) -> None:
         gate.GatedChild.spawn = classmethod(lambda *_a, **_k: die())  # type: ignore[assignment, method-assign]
     elif step == "between_fork_and_exec":
         # The child exists, in its cgroup where there is one, but nothing recorded it yet.
-        serve_module.Serve._on_spawn = lambda _self, _n, agent, _cg: die(agent.pid)  # type: ignore[method-assign]
+        serve_module.Serve._on_spawn = lambda _self, _n, agent, _cg, _abi: die(agent.pid)  # type: ignore[method-assign]
     elif step == "recorded_not_released":
         gate.GatedChild.start = lambda child, *_a, **_k: die(child.pid)  # type: ignore[method-assign]
     elif step == "during_state_write":

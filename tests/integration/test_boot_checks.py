@@ -175,6 +175,8 @@ BREAKAGES: dict[str, list[tuple[Breakage | None, tuple[Mode, ...]]]] = {
         (_env_shebang_to_nothing, ("root", "user")),
     ],
     "agent parser": [(_unknown_parser, ("root", "user"))],
+    # Needs a kernel without Landlock: test_confine_workdir_without_landlock_fails_doctor_too.
+    "agent confinement": [],
     "log_dir": [
         (_log_dir_under_a_file, ("root", "user")),
         (_log_dir_not_writable, ("user",)),  # root writes anywhere
@@ -273,4 +275,20 @@ def test_a_required_sandbox_the_host_cannot_give_fails_doctor_with_serves_words(
     serve = operator.cli("serve", "--once", module="tests.no_seccomp")
     assert serve.returncode == 78
     assert serve.stderr.splitlines()[-1] == f"agent-runner: {failures['sandbox']['detail']}"
+    assert operator.project.events("round_start") == []
+
+
+def test_confine_workdir_without_landlock_fails_doctor_too(operator: Operator) -> None:
+    operator.write_config(agent("exits_with.py", "0"), agent={"confine": "workdir"})
+    doctor = operator.cli("doctor", "--json", module="tests.no_landlock")
+    assert doctor.returncode == 1, doctor.stdout
+    failures = {n: c for n, c in checks_by_name(doctor.stdout).items() if c["status"] == "fail"}
+    # The plugin sandbox's self-test fails there too; serve stops at the boot check first.
+    assert list(failures)[0] == "agent confinement"
+    detail = failures["agent confinement"]["detail"]
+    assert detail.startswith('agent.confine: "workdir" but this kernel offers no Landlock')
+    serve = operator.cli("serve", "--once", module="tests.no_landlock")
+    assert serve.returncode == 78
+    config = operator.project.config_path
+    assert serve.stderr == f"agent-runner: {config}: {detail}\n"
     assert operator.project.events("round_start") == []

@@ -215,3 +215,30 @@ def test_a_refusal_at_boot_keeps_its_own_exit_code(
     assert capsys.readouterr().err.splitlines()[-1] == "agent-runner: no confinement here"
     with InstanceLock(project.log_dir, project.work_dir):
         pass
+
+
+def test_confine_workdir_on_a_kernel_without_landlock_exits_78_with_one_line(
+    project: Project,
+) -> None:
+    project.write_config(agent("exits_with.py", "0"), agent={"confine": "workdir"})
+    done = run_wrapped(project, WITHOUT_LANDLOCK, "serve")
+    assert done.returncode == 78, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("agent-runner: ") and 'agent.confine: "workdir" but' in last
+    assert "Traceback" not in done.stderr
+    kinds = [e["event"] for e in iter_events(project.log_dir)]
+    assert "config_broken" in kinds and "round_start" not in kinds
+
+
+def test_confine_if_available_on_a_kernel_without_landlock_runs_unconfined_and_says_so(
+    project: Project,
+) -> None:
+    project.write_config(agent("exits_with.py", "0"), agent={"confine": "workdir-if-available"})
+    done = run_wrapped(project, WITHOUT_LANDLOCK, "serve", "--once")
+    assert done.returncode == 0, done.stderr
+    events = list(iter_events(project.log_dir))
+    (warning,) = [e for e in events if e["event"] == "agent_confinement_unavailable"]
+    assert warning["requested"] == "workdir-if-available" and "Landlock" in warning["reason"]
+    (spawn,) = [e for e in events if e["event"] == "agent_spawn"]
+    assert spawn["confined"] is False and spawn["landlock_abi"] is None
+    assert [e["exit_cause"] for e in events if e["event"] == "agent_exit"] == ["clean"]

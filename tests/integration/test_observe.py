@@ -11,6 +11,7 @@ import pytest
 
 from tests.contracts import checks_by_name, conforming, conforming_lines
 from tests.integration.conftest import Project, agent
+from tests.security.conftest import REQUIRE_CONFINEMENT, host_offers_landlock
 
 
 def test_peek_reports_the_last_round_and_writes_nothing(project: Project) -> None:
@@ -276,3 +277,37 @@ def test_events_follow_survives_a_new_month_a_truncated_and_a_replaced_file(
         follower.kill()
         follower.wait()
         follower.stdout.close()
+
+
+@pytest.mark.parametrize("confine", ["workdir", "off"])
+def test_peek_and_doctor_show_whether_the_agent_is_confined(project: Project, confine: str) -> None:
+    if confine == "workdir" and not host_offers_landlock():
+        if REQUIRE_CONFINEMENT:
+            pytest.fail("AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the kernel offers no Landlock")
+        pytest.skip("no Landlock in this kernel")
+    project.write_config(agent("sleeper.py", "60"), agent={"confine": confine})
+    checks = json.loads(project.cli("doctor", "--json").stdout)["checks"]
+    doctor = [c for c in checks if c["name"] == "agent confinement"]
+    serve = project.start()
+    try:
+        spawn = project.wait_for("agent_spawn")
+        current = json.loads(project.cli("peek", "--json", "--select", "round").stdout)
+        text = project.cli("peek").stdout
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+    if confine == "workdir":
+        assert current["confined"] is True and current["landlock_abi"] >= 1
+        assert spawn["landlock_abi"] == current["landlock_abi"]
+        assert f"confined (Landlock ABI {current['landlock_abi']})" in text
+        assert [c["status"] for c in doctor[:2]] == ["ok", "ok"]
+        # The boot check, then doctor's policy line and its warning: this project keeps its
+        # config in the work tree, so the agent can still write it.
+        assert f"writes only beneath: work tree {project.work_dir};" in doctor[1]["detail"]
+        assert [c["status"] for c in doctor[2:]] == ["warn"]
+        assert str(project.config_path) in doctor[2]["detail"]
+    else:
+        assert current["confined"] is False and current["landlock_abi"] is None
+        assert ", unconfined" in text
+        assert [c["status"] for c in doctor] == ["ok", "warn"]
+        assert 'agent.confine = "workdir"' in doctor[1]["fix"]

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.config import SCHEMA, default_log_dir, find_config, load_config, read_prompt
+from agent_runner.config import (
+    SCHEMA,
+    WritablePath,
+    default_log_dir,
+    find_config,
+    load_config,
+    read_prompt,
+)
 from agent_runner.errors import ConfigError, ExitCode
 
 MINIMAL = 'schema_version = 1\n[agent]\ncommand = ["my-agent"]\nparser = "none"\n'
@@ -231,10 +238,43 @@ def test_preset_fills_agent_and_explicit_keys_override(tmp_path: Path) -> None:
             MINIMAL + '[agent.env]\n"A=B" = "1"\n',
             "agent.env.A=B: not a valid environment variable name",
         ),
+        (
+            MINIMAL + 'confine = "on"\n',
+            "agent.confine: must be one of off, workdir, workdir-if-available; got 'on'",
+        ),
+        (
+            MINIMAL + 'writable = ["~bob/.cache"]\n',
+            "agent.writable[0]: only ~/ (the agent's HOME) may start a path",
+        ),
+        (MINIMAL + 'writable = ["$1X/"]\n', "agent.writable[0]: not a variable name: '$1X'"),
+        (MINIMAL + 'writable = [""]\n', "agent.writable[0]: must not be empty"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, text: str, expected: str) -> None:
     assert error_of(tmp_path, text).startswith(expected)
+
+
+def test_writable_paths_are_the_presets_then_ours_in_the_agents_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CLAUDE_CONFIG_DIR", "AGENT_RUNNER_TEST_UNSET"):
+        monkeypatch.delenv(name, raising=False)
+    text = (
+        'schema_version = 1\n[agent]\npreset = "claude"\n'
+        'writable = ["~/.cache/tool/", "$DATA/out", "$AGENT_RUNNER_TEST_UNSET/x/", "build/",'
+        ' "/srv/shared", "~/.claude.json"]\n'
+        '[agent.env]\nHOME = "/home/op"\nDATA = "/data"\n'
+    )
+    config = load_config(write(tmp_path, text))
+    assert config.agent.writable == (
+        WritablePath(Path("/home/op/.claude"), create=True),
+        WritablePath(Path("/home/op/.claude.json"), create=False),
+        WritablePath(Path("/home/op/.cache/tool"), create=True),
+        WritablePath(Path("/data/out"), create=False),
+        WritablePath(tmp_path / "build", create=True),
+        WritablePath(Path("/srv/shared"), create=False),
+    )
+    assert config.agent.confine == "off"
 
 
 def test_non_toml_bytes_are_one_line(tmp_path: Path) -> None:

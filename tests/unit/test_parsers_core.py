@@ -201,7 +201,12 @@ def test_a_long_line_of_unclosed_braces_stays_cheap() -> None:
 def test_presets_are_data_with_exactly_the_agent_keys(name: str) -> None:
     text = (resources.files("agent_runner") / "presets" / f"{name}.toml").read_text("utf-8")
     preset = tomllib.loads(text)
-    assert set(preset) == {"command", "prompt_delivery", "parser", "env"}
+    # The demo agent writes nothing of its own: only the real CLIs name state folders.
+    writable = {"writable"} if name != "demo" else set()
+    assert set(preset) == {"command", "prompt_delivery", "parser", "env", *writable}
+    for entry in preset.get("writable", []):
+        # In the agent's HOME or a folder its variable names, never the HOME itself.
+        assert entry.startswith(("~/", "$")) and entry not in ("~/", "~/."), entry
     assert preset["command"]
     assert all(isinstance(a, str) for a in preset["command"])
     assert preset["prompt_delivery"] in {"stdin", "argv"}
