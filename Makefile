@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Most tests wait on real processes, so a few workers per core shorten the run.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 # Confinement tests fail instead of skipping wherever the kernel offers Landlock.
 LANDLOCK_ABI := $(shell $(PYTHON) -c 'import ctypes; print(max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0))' 2>/dev/null || echo 0)
 ifneq ($(LANDLOCK_ABI),0)

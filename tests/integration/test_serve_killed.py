@@ -300,8 +300,11 @@ def _run_scenario(scene: Scene, step: str, mode: str) -> None:
         assert not scene.events("serve_stop"), "only a SIGKILL may end the first serve"
         left_running = agents_alive((first,)).get(first, set())
 
+        spawned = len(scene.events("agent_spawn"))
         successor = launch(scene, second, kill_at=None, env=env)
         wait_until(lambda: len(scene.pids(second)) >= 3, "the second serve's agent")
+        # Its agent can run before serve writes agent_spawn (the event follows the exec).
+        wait_until(lambda: len(scene.events("agent_spawn")) > spawned, "the second agent_spawn")
         survivors = agents_alive((first,)).get(first, set())
     finally:
         sampler.stop()
