@@ -60,12 +60,13 @@ class Scene:
 
     @property
     def first(self) -> str:
-        """The first serve's generation: its agents carry it (unique to this scene)."""
-        return f"{self.root.name}-{GENERATIONS[0]}"
+        """The first serve's generation: its agents carry it (unique to this scene, and to this
+        test process: another run of this suite on the host has scenes of the same name)."""
+        return f"{os.getpid()}-{self.root.name}-{GENERATIONS[0]}"
 
     @property
     def second(self) -> str:
-        return f"{self.root.name}-{GENERATIONS[1]}"
+        return f"{os.getpid()}-{self.root.name}-{GENERATIONS[1]}"
 
     def kill_everything(self) -> None:
         """Whatever a failed scenario left: both serves and every agent process they made."""
