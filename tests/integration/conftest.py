@@ -132,16 +132,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def create_project(root: Path) -> Project:
-    """A git work tree with a prompt under `root`, its log_dir beside it."""
-    work_dir = root / "work"
-    work_dir.mkdir()
+def init_work_tree(work_dir: Path, prompt: str = "do the work\n") -> None:
+    """A new git work tree at `work_dir` (one commit, ignoring the config and the prompts)
+    with `prompts/main.md`."""
+    work_dir.mkdir(parents=True)
     git(work_dir, "init", "-q")
     (work_dir / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
     git(work_dir, "add", ".gitignore")
     git(work_dir, "commit", "-q", "-m", "init")
     (work_dir / "prompts").mkdir()
-    (work_dir / "prompts" / "main.md").write_text("do the work\n")
+    (work_dir / "prompts" / "main.md").write_text(prompt)
+
+
+def create_project(root: Path) -> Project:
+    """A git work tree with a prompt under `root`, its log_dir beside it."""
+    work_dir = root / "work"
+    init_work_tree(work_dir)
     return Project(root, work_dir, root / "logs", work_dir / "agent-runner.toml")
 
 

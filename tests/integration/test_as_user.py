@@ -20,7 +20,7 @@ import tomli_w
 
 from tests import unprivileged
 from tests.contracts import conforming
-from tests.integration.conftest import AGENTS, REPO
+from tests.integration.conftest import AGENTS, REPO, init_work_tree
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to compare both modes")
 
@@ -63,26 +63,9 @@ def operator(request: pytest.FixtureRequest) -> Iterator[Operator]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout
-
-
 def make_project(op: Operator, command: list[str], **tables: Any) -> tuple[Path, Path]:
     work = op.root / "work"
-    work.mkdir()
-    git(work, "init", "-q")
-    (work / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
-    git(work, "add", ".gitignore")
-    git(work, "commit", "-q", "-m", "init")
-    (work / "prompts").mkdir()
-    (work / "prompts" / "main.md").write_text("go\n")
+    init_work_tree(work, prompt="go\n")
     config = work / "agent-runner.toml"
     document = {
         "schema_version": 1,

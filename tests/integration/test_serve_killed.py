@@ -29,7 +29,7 @@ import tomli_w
 from agent_runner.events import iter_events
 from agent_runner.supervisor.prefork import AHEAD
 from agent_runner.supervisor.strays import become_subreaper
-from tests.integration.conftest import AGENTS, REPO, git
+from tests.integration.conftest import AGENTS, REPO, init_work_tree
 from tests.integration.unprivileged import UNUSED_UID, chown_tree, owned_dir
 from tests.unprivileged import command
 
@@ -93,13 +93,7 @@ class Scene:
 
 def make_scene(root: Path, *, uid: int | None, round_cgroup: str, agent_args: list[str]) -> Scene:
     work_dir, log_dir = root / "work", root / "logs"
-    work_dir.mkdir()
-    git(work_dir, "init", "-q")
-    (work_dir / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
-    git(work_dir, "add", ".gitignore")
-    git(work_dir, "commit", "-q", "-m", "init")
-    (work_dir / "prompts").mkdir()
-    (work_dir / "prompts" / "main.md").write_text("do the work\n")
+    init_work_tree(work_dir)
     config = work_dir / "agent-runner.toml"
     document = {
         "schema_version": 1,

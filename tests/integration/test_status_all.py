@@ -15,18 +15,12 @@ import tomli_w
 from agent_runner.config import default_log_dir
 from agent_runner.systemd.names import unit_name
 from tests.contracts import checks_by_name, conforming
-from tests.integration.conftest import Project, agent, git
+from tests.integration.conftest import Project, agent, init_work_tree
 
 
 def make_project(root: Path, name: str, command: list[str], **tables: Any) -> Project:
     work = root / name
-    work.mkdir(parents=True)
-    git(work, "init", "-q")
-    (work / ".gitignore").write_text("agent-runner.toml\nprompts/\n")
-    git(work, "add", ".gitignore")
-    git(work, "commit", "-q", "-m", "init")
-    (work / "prompts").mkdir()
-    (work / "prompts" / "main.md").write_text("go\n")
+    init_work_tree(work, prompt="go\n")
     document: dict[str, Any] = {
         "schema_version": 1,
         "agent": {"command": command, "parser": "claude", "sigterm_grace_s": 0.5},
