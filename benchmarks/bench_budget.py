@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import tomli_w
+from bench_serve import serve, stamp_gaps, wait_event
 
 from agent_runner.config import BudgetConfig
 from agent_runner.events import format_ts
@@ -112,14 +111,6 @@ def project(root: Path, command: list[str], caps: dict[str, object], **runtime: 
     return config
 
 
-def serve(config: Path, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agent_runner", "serve", "--config", str(config), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def restart_latency_ms(caps: dict[str, object], now: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -128,9 +119,7 @@ def restart_latency_ms(caps: dict[str, object], now: float) -> float:
         script = f"date +%s.%N >> {stamps}.start; date +%s.%N >> {stamps}.end"
         proc = serve(project(root, ["sh", "-c", script], caps), "--max-rounds", str(ROUNDS))
         proc.wait()
-        starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
-        ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
-        return statistics.median((starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1))
+        return statistics.median(stamp_gaps(stamps))
 
 
 def stop_latencies(runs: int = STOP_RUNS) -> list[float]:
@@ -141,12 +130,7 @@ def stop_latencies(runs: int = STOP_RUNS) -> list[float]:
             root = Path(tmp)
             config = project(root, ["true"], {"max_rounds_per_hour": 1})
             proc = serve(config)
-            events = root / "logs"
-            deadline = time.monotonic() + 30
-            while not any('"budget_wait"' in p.read_text() for p in events.glob("events-*.jsonl")):
-                if time.monotonic() > deadline:
-                    raise SystemExit("no budget_wait")
-                time.sleep(0.01)
+            wait_event(root / "logs", "budget_wait")
             time.sleep(0.2)
             started = time.perf_counter()
             proc.send_signal(signal.SIGTERM)

@@ -91,9 +91,14 @@ def restart_gaps(
         proc.wait()
         # Read after the run: the events say whether it had a cgroup per round.
         reaping = cgroup_mode(Path(tmp) / "logs") if round_cgroup == "auto" else "off"
-        starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
-        ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
-        return [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)], reaping
+        return stamp_gaps(stamps), reaping
+
+
+def stamp_gaps(stamps: Path) -> list[float]:
+    """Each agent's end -> the next agent's start, in ms, from the stamps the agents wrote."""
+    starts = [float(x) for x in Path(f"{stamps}.start").read_text().split()]
+    ends = [float(x) for x in Path(f"{stamps}.end").read_text().split()]
+    return [(starts[i + 1] - ends[i]) * 1000 for i in range(len(starts) - 1)]
 
 
 def cgroup_mode(log_dir: Path) -> str:
