@@ -115,7 +115,7 @@ class AgentProcess:
         # Exec keeps the signal mask: an agent started with SIGTERM blocked could only be SIGKILLed.
         if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
             raise SpawnError("SIGTERM is blocked in this thread; the agent would inherit that")
-        out = _open_transcript(transcript) if output is None else os.dup(output)
+        out = open_transcript(transcript) if output is None else os.dup(output)
         if stdin_data is None:
             stdin_r, stdin_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
         else:
@@ -355,17 +355,19 @@ def _read_into(pipe: IO[bytes], kept: bytearray, max_output: int) -> bool:
     return bool(chunk)
 
 
-def _open_transcript(path: Path) -> int:
+def open_transcript(path: Path, access: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """Open (creating, mode 0600) the transcript `path` for `access`, refusing a symlinked
+    folder or file and anything that is not a regular file; SpawnError says why."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         reason = "it is a symlink" if path.parent.is_symlink() else exc.strerror
         raise SpawnError(f"refusing the transcript folder {path.parent}: {reason}") from exc
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    # O_NONBLOCK so that a FIFO planted at the path fails at once instead of hanging us.
+    flags = access | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        # O_NONBLOCK so that a FIFO planted at the path fails at once instead of hanging us.
-        fd = os.open(path.name, flags | os.O_NONBLOCK, TRANSCRIPT_MODE, dir_fd=parent)
+        fd = os.open(path.name, flags, TRANSCRIPT_MODE, dir_fd=parent)
     except OSError as exc:
         reason = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
         raise SpawnError(f"refusing the transcript {path}: {reason}") from exc

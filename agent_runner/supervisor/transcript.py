@@ -15,15 +15,13 @@ import fcntl
 import os
 import re
 import select
-import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_runner.supervisor.process import SpawnError
+from agent_runner.supervisor.process import open_transcript
 
-TRANSCRIPT_MODE = 0o600
 PIPE_BYTES = 1024 * 1024  # fewer wakeups for a chatty agent
 TRICKLE_BYTES = 64 * 1024  # less than this per wakeup: wait GATHER_S before the next one
 GATHER_S = 0.25
@@ -77,7 +75,9 @@ class TranscriptRelay:
     @classmethod
     def open(cls, path: Path, max_bytes: int) -> TranscriptRelay:
         """Create (or reopen) the transcript file; SpawnError if the path is not ours to use."""
-        return cls(path, _open_file(path), max_bytes)
+        # No O_APPEND: splice(2) refuses it, and the relay writes at offsets it tracks itself.
+        # Read access: cutting the tail copies within the file.
+        return cls(path, open_transcript(path, os.O_RDWR), max_bytes)
 
     def start(self) -> None:
         """Once the agent holds `agent_fd`: let go of this copy and start filing output."""
@@ -198,31 +198,6 @@ def _copy_within(fd: int, src: int, dst: int, count: int) -> int:
     # A file system without in-kernel copies: through a bounded buffer instead.
     data = os.pread(fd, min(count, _CHUNK), src)
     return os.pwrite(fd, data, dst)
-
-
-def _open_file(path: Path) -> int:
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        reason = "it is a symlink" if path.parent.is_symlink() else exc.strerror
-        raise SpawnError(f"refusing the transcript folder {path.parent}: {reason}") from exc
-    # No O_APPEND: splice(2) refuses it, and the relay writes at offsets it tracks itself.
-    # Read access: cutting the tail copies within the file. O_NONBLOCK: a FIFO planted at
-    # the path fails at once instead of hanging us.
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(path.name, flags, TRANSCRIPT_MODE, dir_fd=parent)
-    except OSError as exc:
-        reason = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror
-        raise SpawnError(f"refusing the transcript {path}: {reason}") from exc
-    finally:
-        os.close(parent)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SpawnError(f"refusing the transcript {path}: not a regular file")
-    os.set_blocking(fd, True)
-    return fd
 
 
 def prune_transcripts(rounds_dir: Path, *, newest: int, keep: int, above: int = 0) -> int:
