@@ -328,7 +328,7 @@ class _Parser:
     def parse(self, doc: Mapping[str, Any]) -> Config:
         for name in doc:
             if name not in TOP_LEVEL:
-                raise self.fail(name, "unknown table" + _hint(name, TOP_LEVEL))
+                raise self.fail(name, "unknown table" + did_you_mean(name, TOP_LEVEL))
         if "schema_version" not in doc:
             raise self.fail("schema_version", "required (set schema_version = 1)")
         version = doc["schema_version"]
@@ -354,7 +354,7 @@ class _Parser:
         schema = SCHEMA[name]
         for key in raw:
             if key not in schema:
-                raise self.fail(f"{name}.{key}", "unknown key" + _hint(key, schema))
+                raise self.fail(f"{name}.{key}", "unknown key" + did_you_mean(key, schema))
         return {
             key: self.value(f"{name}.{key}", spec, raw[key]) if key in raw else spec.default
             for key, spec in schema.items()
@@ -431,7 +431,7 @@ class _Parser:
                 raise self.fail(
                     "agent.preset",
                     f"unknown preset {_show(values['preset'])}; known: {', '.join(names)}"
-                    + _hint(values["preset"], names),
+                    + did_you_mean(values["preset"], names),
                 ) from None
         merged: dict[str, Any] = {
             key: preset.get(key) if values[key] is None else values[key] for key in values
@@ -622,7 +622,8 @@ def _not_json(value: Any, where: str) -> tuple[str, str] | None:
     return None
 
 
-def _hint(name: str, known: Any) -> str:
+def did_you_mean(name: str, known: Any) -> str:
+    """` (did you mean 'x'?)` for the closest of `known`, or nothing."""
     import difflib  # noqa: PLC0415 - only a broken config needs it, never a round
 
     close = difflib.get_close_matches(name, list(known), n=1)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent_runner import vcs
-from agent_runner.config import Config, read_prompt
+from agent_runner.config import Config, did_you_mean, read_prompt
 from agent_runner.errors import ConfigError, GitError
 from agent_runner.events import REGISTRY
 from agent_runner.parsers import PARSER_NAMES
@@ -155,10 +155,7 @@ def _notify(config: Config) -> Found:
                 "asked to report its own failure)",
             )
         if kind not in REGISTRY and "." not in kind:  # "<plugin>.<kind>": known at admission
-            import difflib  # noqa: PLC0415 - only a misspelt kind needs it, never a round
-
-            close = difflib.get_close_matches(kind, list(REGISTRY), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(kind, REGISTRY)
             return Found(False, f"notify.on[{i}]: {kind!r} is not an event kind{hint}")
     return Found(
         True, f"{notify.command[0]} -> {found.path}, on {', '.join(notify.on) or 'nothing'}"
