@@ -68,6 +68,18 @@ def test_output_keeps_a_round_alive_and_the_watchdog_is_off_by_default(project: 
     assert project.events("agent_exit")[0]["exit_cause"] == "clean"
 
 
+def test_output_more_often_than_the_window_keeps_a_longer_round_alive(project: Project) -> None:
+    # 4 s of work, longer than the 3 s window, with a line every 0.5 s: only output can save it.
+    project.write_config(
+        agent("retries_quietly.py", "0.5", "8", "plain"),
+        runtime={"idle_timeout_s": 3, "max_rounds": 1},
+    )
+    done = project.cli("serve", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert project.events("round_idle_kill") == []
+    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
+
+
 def test_peek_shows_how_long_the_running_round_has_been_silent(project: Project) -> None:
     project.write_config(agent("goes_silent.py"), runtime={"idle_timeout_s": 600})
     project.start()
