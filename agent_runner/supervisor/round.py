@@ -106,7 +106,7 @@ class RoundRunner:
             abi = confined.landlock_abi if confined else None
             relay = TranscriptRelay.open(transcript, runtime.transcript_max_bytes)
             try:
-                prepared = self.prefork.take(number, self.cgroups, self.cgroup_failed)
+                prepared = self.prefork.take(number, self.cgroups, self._lose_cgroups)
                 cgroup = prepared.cgroup
                 agent = AgentProcess.spawn(
                     argv,
@@ -128,7 +128,7 @@ class RoundRunner:
             return self._spawn_failed(number, exc)
         relay.start()
         # The next rounds' children start and join their cgroups while this agent works.
-        self.prefork.prepare(number, self.cgroups, self.cgroup_failed)
+        self.prefork.prepare(number, self.cgroups, self._lose_cgroups)
         try:
             emit(
                 "agent_spawn",
@@ -214,6 +214,12 @@ class RoundRunner:
         if self.confinement is not None:
             self.confinement.leave(number)
 
+    def _lose_cgroups(self, reason: str) -> None:
+        """Cgroups stopped working: none for the rest of this round either (serve drops its
+        own), so the children started for the next rounds are not put in one."""
+        self.cgroups = None
+        self.cgroup_failed(reason)
+
     def _reap(self, cgroup: RoundCgroup | None) -> list[int]:
         """Kill what is left of the round (its cgroup first, as a unit); the pids killed."""
         killed: list[int] = []
@@ -221,7 +227,7 @@ class RoundRunner:
             try:
                 killed = cgroup.kill()
             except CgroupUnavailable as exc:
-                self.cgroup_failed(str(exc))
+                self._lose_cgroups(str(exc))
         # Also reaps the zombies cgroup.kill made, and anything that left the cgroup; spares
         # the helpers that live between rounds and the children started for the next ones.
         keep = (*self.keep_pids(), *self.prefork.pids())
