@@ -274,7 +274,7 @@ class HelperCommand:
         try:
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:
-            _abandon(popen, -1)
+            _abandon(popen)
             raise SpawnError(f"cannot watch {argv[0]!r}: pidfd_open: {exc.strerror}") from exc
         return cls(popen, pidfd, stdin_data)
 
@@ -321,13 +321,11 @@ class HelperCommand:
         return HelperResult(None if code < 0 else code, name, bytes(kept), not exited)
 
 
-def _abandon(popen: subprocess.Popen[bytes], stdin_w: int) -> None:
+def _abandon(popen: subprocess.Popen[bytes]) -> None:
     """Kill and reap a helper that cannot be watched."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(popen.pid, signal.SIGKILL)
     popen.wait()
-    if stdin_w >= 0:
-        os.close(stdin_w)
 
 
 def _write_from(fd: int, pending: memoryview) -> memoryview:

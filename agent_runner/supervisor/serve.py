@@ -282,7 +282,6 @@ class Serve:
         )
         for plugin in self.hooks.admitted():
             self.events.allow_plugin_kinds(plugin.name, plugin.event_kinds)
-        self._state["plugins"] = self.hooks.state()
         return SpawnGate(self.hooks, self.events.emit)
 
     def _reload(self, watcher: ConfigWatcher) -> None:
