@@ -25,6 +25,18 @@ SECTIONS = (
 )
 
 
+def keep_restart_only(fresh: Config, running: Config) -> Config:
+    """`fresh` with every RESTART_ONLY section or key put back to its running value."""
+    for name in RESTART_ONLY:
+        section, _, key = name.partition(".")
+        if not key:
+            fresh = replace(fresh, **{section: getattr(running, section)})
+            continue
+        kept = replace(getattr(fresh, section), **{key: getattr(getattr(running, section), key)})
+        fresh = replace(fresh, **{section: kept})
+    return fresh
+
+
 class ConfigWatcher:
     """Holds the running config and the last file version seen."""
 
@@ -50,20 +62,12 @@ class ConfigWatcher:
             return self.running
         deferred = [key for key in changed if key.startswith(RESTART_ONLY)]
         applied = [key for key in changed if key not in deferred]
-        running = self.running.runtime
-        stop_file = fresh.runtime.stop_file
-        if stop_file == fresh.runtime.log_dir / "STOP":
+        kept = keep_restart_only(fresh, self.running)
+        if fresh.runtime.stop_file == fresh.runtime.log_dir / "STOP":
             # Derived from a log_dir that only a restart applies: it stays with the running one.
-            stop_file = running.log_dir / "STOP"
-        runtime = replace(
-            fresh.runtime, work_dir=running.work_dir, log_dir=running.log_dir, stop_file=stop_file
-        )
-        agent = replace(
-            fresh.agent,
-            confine=self.running.agent.confine,
-            writable=self.running.agent.writable,
-        )
-        self.running = replace(fresh, plugins=self.running.plugins, agent=agent, runtime=runtime)
+            runtime = replace(kept.runtime, stop_file=kept.runtime.log_dir / "STOP")
+            kept = replace(kept, runtime=runtime)
+        self.running = kept
         if applied:
             self.emit("config_reloaded", changed=applied)
         if deferred:
