@@ -355,7 +355,8 @@ def _read_into(pipe: IO[bytes], kept: bytearray, max_output: int) -> bool:
 
 def open_transcript(path: Path, access: int = os.O_WRONLY | os.O_APPEND) -> int:
     """Open (creating, mode 0600) the transcript `path` for `access`, refusing a symlinked
-    folder or file and anything that is not a regular file; SpawnError says why."""
+    folder or file, anything that is not a regular file and a hard link to another file's
+    name (what the agent may plant where the transcripts go); SpawnError says why."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -371,9 +372,15 @@ def open_transcript(path: Path, access: int = os.O_WRONLY | os.O_APPEND) -> int:
         raise SpawnError(f"refusing the transcript {path}: {reason}") from exc
     finally:
         os.close(parent)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink > 1:
         os.close(fd)
-        raise SpawnError(f"refusing the transcript {path}: not a regular file")
+        reason = (
+            "not a regular file"
+            if not stat.S_ISREG(found.st_mode)
+            else f"it has {found.st_nlink} hard links (it is also another file)"
+        )
+        raise SpawnError(f"refusing the transcript {path}: {reason}")
     os.set_blocking(fd, True)
     return fd
 

@@ -341,6 +341,25 @@ def test_symlinked_transcript_is_refused_and_nothing_starts(tmp_path: Path) -> N
     assert own_children() == before
 
 
+def test_hard_linked_transcript_is_refused_and_the_other_file_untouched(tmp_path: Path) -> None:
+    # Appending to the transcript would write into the file the link shares an inode with.
+    target = tmp_path / "operator.conf"
+    target.write_text("precious\n")
+    link = tmp_path / "round-000001.log"
+    os.link(target, link)
+    before = own_children()
+    with pytest.raises(SpawnError, match=r"round-000001\.log: it has 2 hard links"):
+        AgentProcess.spawn(
+            agent("exits_with.py", "0"),
+            cwd=tmp_path,
+            env=os.environ,
+            stdin_data=None,
+            transcript=link,
+        )
+    assert target.read_text() == "precious\n"
+    assert own_children() == before
+
+
 def test_symlinked_transcript_folder_is_refused(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
