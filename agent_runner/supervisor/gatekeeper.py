@@ -118,8 +118,14 @@ def main(gate_fd: int, procs: str | None, preload_landlock: bool = False) -> Non
             os.close(received.ruleset_fd)
         step = b"exec"
         raise exec_first(received.paths, received.argv, received.env)
-    except OSError as exc:
-        gate.sendall(b"%s:%d" % (step, exc.errno or errno.EIO))
+    except Exception as exc:  # whatever stops the exec is reported, never taken for an exit
+        code = exc.errno if isinstance(exc, OSError) else None
+        if code is None:
+            code = errno.EINVAL if isinstance(exc, ValueError) else errno.EIO
+        try:  # noqa: SIM105 -- contextlib is not a built-in module
+            gate.sendall(b"%s:%d" % (step, code))
+        except OSError:
+            pass  # the supervisor went away: it learns nothing either way
     os._exit(EXEC_FAILED_EXIT)
 
 

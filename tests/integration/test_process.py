@@ -383,6 +383,20 @@ def test_fifo_at_the_transcript_path_is_refused_without_hanging(tmp_path: Path) 
         )
 
 
+def test_an_exec_the_child_cannot_even_attempt_is_a_spawn_error_not_an_exit(
+    tmp_path: Path,
+) -> None:
+    # execve refuses an empty variable name with ValueError before any system call.
+    with pytest.raises(SpawnError, match="Invalid argument"):
+        AgentProcess.spawn(
+            agent("exits_with.py", "0"),
+            cwd=tmp_path,
+            env={**os.environ, "": "x"},
+            stdin_data=None,
+            transcript=tmp_path / "t.log",
+        )
+
+
 def test_missing_executable_is_a_spawn_error(tmp_path: Path) -> None:
     with pytest.raises(SpawnError, match="'no-such-agent-binary': not found"):
         AgentProcess.spawn(
