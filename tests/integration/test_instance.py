@@ -261,6 +261,7 @@ def test_forty_simultaneous_starts_leave_exactly_one_holder(tmp_path: Path) -> N
         from agent_runner.errors import LockHeld
         from agent_runner.supervisor.instance import InstanceLock
         go = Path(sys.argv[2])
+        print("ready", flush=True)
         while not go.exists():
             time.sleep(0.001)
         try:
@@ -281,6 +282,8 @@ def test_forty_simultaneous_starts_leave_exactly_one_holder(tmp_path: Path) -> N
         )
         for _ in range(40)
     ]
+    # Every racer is past its imports and polling before any may take the lock.
+    assert [r.stdout.readline() for r in racers if r.stdout is not None] == [b"ready\n"] * 40
     go.touch()
     # Each racer either says it won or exits 73, which reads as end of file.
     outcomes = [r.stdout.readline() for r in racers if r.stdout is not None]

@@ -73,18 +73,40 @@ def test_a_deleted_lock_file_is_put_back_and_status_still_finds_serve(project: P
     assert serve.wait(timeout=10) == 0
 
 
+# The real CLI, with its imports done before a common barrier: interpreter start-up would
+# otherwise spread forty starts over seconds and the race would never be run.
+RACER = """
+import sys, time
+from pathlib import Path
+import agent_runner.cli
+from agent_runner.__main__ import main
+print("ready", flush=True)
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.001)
+sys.argv = ["agent-runner", "serve", "--config", sys.argv[2]]
+main()
+"""
+
+
 def test_forty_simultaneous_starts_run_exactly_one_serve(project: Project) -> None:
     project.write_config(agent("sleeper.py", "600"))
+    go = project.root / "go"
     racers = [
         subprocess.Popen(
-            [sys.executable, "-m", "agent_runner", "serve", "--config", str(project.config_path)],
+            [sys.executable, "-c", RACER, str(go), str(project.config_path)],
             cwd=project.root,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
         for _ in range(40)
     ]
     project.children.extend(racers)
+    for racer in racers:
+        assert racer.stdout is not None
+        assert racer.stdout.readline() == b"ready\n"
+        racer.stdout.close()
+    go.touch()
     deadline = time.monotonic() + 120
     while sum(r.poll() is not None for r in racers) < 39 and time.monotonic() < deadline:
         time.sleep(0.1)
