@@ -114,9 +114,19 @@ def mount(*args: str) -> None:
 def read_only(log_dir: Path, uid: int | None) -> Iterator[str]:
     """log_dir refuses every new file while inside; the error its writers get."""
     if uid is None:
-        mount("--bind", str(log_dir), str(log_dir))
+        # Made read-only where nobody writes, then put over log_dir: a file serve opened for
+        # writing in between would make the remount busy.
+        staging = Path(tempfile.mkdtemp(prefix="agent-runner-ro-"))
         try:
-            mount("-o", "remount,bind,ro", str(log_dir))
+            mount("--bind", str(log_dir), str(staging))
+            try:
+                mount("-o", "remount,bind,ro", str(staging))
+                mount("--bind", str(staging), str(log_dir))  # read-only from its first instant
+            finally:
+                subprocess.run(["umount", str(staging)], check=True)
+        finally:
+            staging.rmdir()
+        try:
             yield "Read-only file system"
         finally:
             subprocess.run(["umount", str(log_dir)], check=True)

@@ -20,8 +20,11 @@ def leave_daemon(view):
     if first == 0:
         os.setsid()
         if os.fork() == 0:
-            with open(os.path.join(MARKERS, f"daemon-{os.getpid()}"), "w") as marker:
+            # Named only once written: the observer returns as soon as it sees the name.
+            ready = os.path.join(MARKERS, f".writing-{os.getpid()}")
+            with open(ready, "w") as marker:
                 marker.write(str(os.getpid()))
+            os.rename(ready, os.path.join(MARKERS, f"daemon-{os.getpid()}"))
             time.sleep(3600)
         os._exit(0)
     os.waitpid(first, 0)
