@@ -125,8 +125,8 @@ def test_wait_times_out_and_terminate_stops_a_cooperative_agent(tmp_path: Path) 
     agent_ = spawn(tmp_path, agent("sleeper.py"))
     assert not agent_.wait(0.2)
     started = time.monotonic()
-    agent_.terminate(5)
-    assert time.monotonic() - started < 2
+    agent_.terminate(120)
+    assert time.monotonic() - started < 60  # it went at SIGTERM, not at the grace's end
     result = agent_.result("timeout")
     assert (result.signal, result.cause) == ("SIGTERM", "timeout")
 
@@ -154,8 +154,8 @@ def test_wake_fd_makes_wait_return_at_once_without_draining_it(tmp_path: Path) -
     try:
         os.write(wake_w, b"x")
         started = time.monotonic()
-        assert not agent_.wait(30, wake_fd=wake_r)
-        assert time.monotonic() - started < 0.5
+        assert not agent_.wait(120, wake_fd=wake_r)
+        assert time.monotonic() - started < 60
         assert os.read(wake_r, 1) == b"x"
     finally:
         os.close(wake_r)
@@ -170,8 +170,8 @@ def test_wake_fd_cuts_the_grace_short(tmp_path: Path) -> None:
     try:
         os.write(wake_w, b"x")
         started = time.monotonic()
-        agent_.terminate(30, wake_fd=wake_r)
-        assert time.monotonic() - started < 1
+        agent_.terminate(120, wake_fd=wake_r)
+        assert time.monotonic() - started < 60
     finally:
         os.close(wake_r)
         os.close(wake_w)
