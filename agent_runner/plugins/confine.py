@@ -13,12 +13,13 @@ import fcntl
 import os
 import resource
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agent_runner.plugins import childenv, wire
+from agent_runner.plugins import wire
 from agent_runner.plugins.runner import OOM_ENVELOPE, run_request
 
 _T = TypeVar("_T")
@@ -73,6 +74,7 @@ class Prebuilt:
     is_root: bool = False
     server_pid: int = 0
     stdlib_paths: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,8 @@ def confine_and_run(
 ) -> None:
     """The whole life of one call's child, in the required order; exits the process.
 
-    `base_ruleset` is a Landlock ruleset the server filled with the read-only roots for this
-    child alone; without one the child builds it.
+    `base_ruleset` is a Landlock ruleset the server filled for this child alone: the read-only
+    roots, the scratch and the call's read roots. Without one the child builds it.
     """
     os.setsid()
     set_parent_death_signal(prebuilt.server_pid)
@@ -131,7 +133,7 @@ def confine_and_run(
     applied = {"fs": False, "net": False, "scope": False, "seccomp": False}
     problems: list[str] = []
     try:
-        _reset_environment(cfg.scratch)
+        _reset_environment(prebuilt.environment, cfg.scratch)
         ruleset = None
         if cfg.fs or cfg.best_effort:
             ruleset = _attempt(
@@ -182,8 +184,7 @@ def _attempt(problems: list[str], what: str, step: Callable[[], _T]) -> _T | Non
     return None
 
 
-def _reset_environment(scratch: str) -> None:
-    kept = childenv.allowed_environment(os.environ)
+def _reset_environment(kept: dict[str, str], scratch: str) -> None:
     os.environ.clear()
     os.environ.update(kept, HOME=scratch, TMPDIR=scratch)
     os.chdir(scratch)
@@ -201,26 +202,22 @@ def new_base_ruleset(prebuilt: Prebuilt) -> int:
         ]
     attr = ll.RulesetAttr(prebuilt.handled_fs, prebuilt.handled_net, prebuilt.scoped)
     ruleset = int(ll.create_ruleset(attr))
-    # One raw syscall per rule: py-landlock's wrapper doubles the cost of a few hundred rules.
-    for rule in prebuilt.base_rules:
-        if _libc.syscall(
-            _SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0
-        ):
-            err = ctypes.get_errno()
-            os.close(ruleset)
-            raise OSError(err, f"landlock_add_rule: {os.strerror(err)}")
+    try:
+        for rule in prebuilt.base_rules:
+            _add_rule(ruleset, rule)
+    except OSError:
+        os.close(ruleset)
+        raise
     return ruleset
 
 
-def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig, base: int | None) -> int | None:
-    """Add this call's rules to its ruleset while the child can still open every root."""
-    if prebuilt.landlock_abi < 1:
-        if cfg.fs:
-            raise ConfinementError("Landlock is not available")
-        return None
+def add_call_rules(prebuilt: Prebuilt, ruleset: int, cfg: CallConfig) -> None:
+    """Add one call's own rules to its ruleset: the scratch read-write, its read roots read-only.
+
+    Paths are opened without a later lookup by name: the rights follow what was opened.
+    """
     import py_landlock as ll  # noqa: PLC0415 - pre-imported by the fork server
 
-    ruleset = base if base is not None else new_base_ruleset(prebuilt)
     read_dir = _FS_READ_FILE | _FS_READ_DIR
     writable = prebuilt.handled_fs & ~(
         _FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK | _FS_MAKE_SOCK | _FS_IOCTL_DEV
@@ -229,10 +226,33 @@ def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig, base: int | None) -> int
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             # Directory-only rights on a file rule make landlock_add_rule fail with EINVAL.
-            rights = wanted if os.path.isdir(path) else wanted & _FS_FILE_RIGHTS
-            ll.add_rule(ll.RulesetFd(ruleset), ll.PathBeneathAttr(rights, fd))
+            rights = wanted if stat.S_ISDIR(os.fstat(fd).st_mode) else wanted & _FS_FILE_RIGHTS
+            _add_rule(ruleset, ll.PathBeneathAttr(rights, fd))
         finally:
             os.close(fd)
+
+
+def _add_rule(ruleset: int, rule: Any) -> None:
+    # One raw syscall per rule: py-landlock's wrapper doubles the cost of a few hundred rules.
+    if _libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0):
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock_add_rule: {os.strerror(err)}")
+
+
+def _build_ruleset(prebuilt: Prebuilt, cfg: CallConfig, base: int | None) -> int | None:
+    """The call's whole ruleset: the server's, or built here while every root can be opened."""
+    if prebuilt.landlock_abi < 1:
+        if cfg.fs:
+            raise ConfinementError("Landlock is not available")
+        return None
+    if base is not None:
+        return base
+    ruleset = new_base_ruleset(prebuilt)
+    try:
+        add_call_rules(prebuilt, ruleset, cfg)
+    except BaseException:
+        os.close(ruleset)
+        raise
     return ruleset
 
 

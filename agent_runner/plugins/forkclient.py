@@ -176,7 +176,6 @@ class _Exchange:
         self._result = bytearray()
         self._stderr = bytearray()
         self._open = {res_r, err_r}
-        self._pid: int | None = None
 
     def close(self) -> None:
         """Close every descriptor this exchange still holds."""
@@ -256,18 +255,15 @@ class _Exchange:
             self._outcome.server_died = True
         elif message is None or message.get("id") != self._call_id:
             return
-        elif message.get("event") == "spawned":
-            self._pid = int(message["pid"])
         elif message.get("event") == "exited":
             self._outcome.wait_status = int(message["status"])
 
     def _kill_and_wait(self) -> None:
         """Kill the child's whole group through the server and wait for its wait status."""
         deadline = time.monotonic() + KILL_WAIT_S
-        killed = False
+        # The server handles messages in order: the child this names exists by then.
+        self._server.send({"op": "kill", "id": self._call_id})
         while self._outcome.wait_status is None and not self._outcome.server_died:
-            if self._pid is not None and not killed:
-                killed = self._server.send({"op": "kill", "pid": self._pid})
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 # A server that cannot report within seconds is wedged: treat it as dead.

@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Any
 
-from agent_runner.plugins import confine, syscalls
+from agent_runner.plugins import childenv, confine, syscalls
 
 PR_SET_CHILD_SUBREAPER = 36
 HIGH_FD = 100
@@ -82,6 +82,8 @@ def main(config_json: str) -> None:
             prebuilt.notes.append(f"preload {name}: {exc}")
     for codec in PRELOADED_CODECS:
         codecs.lookup(codec)
+    # Every child starts with an empty importer cache: emptied here once, not freed in each.
+    sys.path_importer_cache.clear()
     # Children then never write to the pages these objects live on when they collect garbage.
     gc.collect()
     gc.freeze()
@@ -103,6 +105,7 @@ def prepare(config: dict[str, Any]) -> confine.Prebuilt:
         is_root=os.geteuid() == 0,
         server_pid=os.getpid(),
         stdlib_paths=[p for p in sys.path if p],
+        environment=childenv.allowed_environment(os.environ),
     )
     if config["mode"] == "off":
         return prebuilt
@@ -244,7 +247,7 @@ class Server:
         if message["op"] == "spawn":
             self._spawn(message, fds)
         elif message["op"] == "kill":
-            self._kill(int(message["pid"]))
+            self._kill(int(message["id"]))
         for fd in fds:
             os.close(fd)
         return True
@@ -261,6 +264,8 @@ class Server:
             timeout_s=float(message["timeout_s"]),
         )
         ruleset, self._ruleset = self._ruleset, None
+        if ruleset is not None:
+            ruleset = self._add_call_rules(ruleset, cfg)
         pid = os.fork()
         if pid == 0:
             try:
@@ -272,16 +277,28 @@ class Server:
         pidfd = os.pidfd_open(pid)
         self._children[pidfd] = (int(message["id"]), pid)
         self._selector.register(pidfd, selectors.EVENT_READ)
-        self._send({"event": "spawned", "id": message["id"], "pid": pid})
-        # A ruleset is the child's alone (it adds its scratch): build the next one while it runs.
+        # A ruleset is the child's alone (it holds its scratch): build the next one while it runs.
         if ruleset is not None:
             os.close(ruleset)
         self._ruleset = self._next_ruleset()
 
-    def _kill(self, pid: int) -> None:
+    def _add_call_rules(self, ruleset: int, cfg: confine.CallConfig) -> int | None:
+        """`ruleset` with the call's own rules added; None (closed) for the child to retry.
+
+        A path that cannot be added now fails the same way in the child, which reports it.
+        """
+        try:
+            confine.add_call_rules(self._prebuilt, ruleset, cfg)
+        except Exception:  # whatever it is, the child meets it again and reports it
+            os.close(ruleset)
+            return None
+        return ruleset
+
+    def _kill(self, call_id: int) -> None:
         # The child is not reaped until _reap runs, so its pid and group id cannot be reused yet.
-        if any(child == pid for _, child in self._children.values()):
-            self._kill_group(pid)
+        for known_id, pid in self._children.values():
+            if known_id == call_id:
+                self._kill_group(pid)
 
     def _reap(self, pidfd: int) -> None:
         call_id, pid = self._children.pop(pidfd)
@@ -322,7 +339,15 @@ class Server:
 def _own_children() -> list[int]:
     pid = os.getpid()
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
-            return [int(word) for word in handle.read().split()]
+        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return []
+    try:
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [int(word) for word in data.split()]
