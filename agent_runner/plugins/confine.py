@@ -74,7 +74,6 @@ class Prebuilt:
     is_root: bool = False
     server_pid: int = 0
     stdlib_paths: list[str] = field(default_factory=list)
-    environment: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,9 @@ def confine_and_run(
     applied = {"fs": False, "net": False, "scope": False, "seccomp": False}
     problems: list[str] = []
     try:
-        _reset_environment(prebuilt.environment, cfg.scratch)
+        # The server's environment is already the allow-list (forkserver.main).
+        os.environ.update(HOME=cfg.scratch, TMPDIR=cfg.scratch)
+        os.chdir(cfg.scratch)
         ruleset = None
         if cfg.fs or cfg.best_effort:
             ruleset = _attempt(
@@ -182,12 +183,6 @@ def _attempt(problems: list[str], what: str, step: Callable[[], _T]) -> _T | Non
     except Exception as exc:
         problems.append(f"{what}: {type(exc).__name__}: {exc}")
     return None
-
-
-def _reset_environment(kept: dict[str, str], scratch: str) -> None:
-    os.environ.clear()
-    os.environ.update(kept, HOME=scratch, TMPDIR=scratch)
-    os.chdir(scratch)
 
 
 def new_base_ruleset(prebuilt: Prebuilt) -> int:

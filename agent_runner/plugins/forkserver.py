@@ -74,6 +74,10 @@ def main(config_json: str) -> None:
     confine._prctl(PR_SET_CHILD_SUBREAPER, 1)
     # A call child's exit must be reaped by us, explicitly, after its group is killed.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Every child inherits this environment: reduced to the allow-list here, once.
+    kept = childenv.allowed_environment(os.environ)
+    os.environ.clear()
+    os.environ.update(kept)
     prebuilt = prepare(config)
     for name in PRELOADED:
         try:
@@ -105,7 +109,6 @@ def prepare(config: dict[str, Any]) -> confine.Prebuilt:
         is_root=os.geteuid() == 0,
         server_pid=os.getpid(),
         stdlib_paths=[p for p in sys.path if p],
-        environment=childenv.allowed_environment(os.environ),
     )
     if config["mode"] == "off":
         return prebuilt
@@ -215,7 +218,11 @@ class Server:
         self._ruleset = self._next_ruleset()
 
     def _next_ruleset(self) -> int | None:
-        """The next child's Landlock ruleset, filled now so the child adds only its own rules."""
+        """A Landlock ruleset with the read-only roots, for the next child alone.
+
+        Filled while no call waits on the server (after a child is reported), so neither the
+        child nor the parent waits for it; None when the child must build it itself.
+        """
         if self._prebuilt.landlock_abi < 1:
             return None
         try:
@@ -263,7 +270,8 @@ class Server:
             best_effort=message["best_effort"],
             timeout_s=float(message["timeout_s"]),
         )
-        ruleset, self._ruleset = self._ruleset, None
+        ruleset = self._ruleset if self._ruleset is not None else self._next_ruleset()
+        self._ruleset = None
         if ruleset is not None:
             ruleset = self._add_call_rules(ruleset, cfg)
         pid = os.fork()
@@ -277,10 +285,8 @@ class Server:
         pidfd = os.pidfd_open(pid)
         self._children[pidfd] = (int(message["id"]), pid)
         self._selector.register(pidfd, selectors.EVENT_READ)
-        # A ruleset is the child's alone (it holds its scratch): build the next one while it runs.
         if ruleset is not None:
-            os.close(ruleset)
-        self._ruleset = self._next_ruleset()
+            os.close(ruleset)  # the child's alone now: it holds the child's scratch
 
     def _add_call_rules(self, ruleset: int, cfg: confine.CallConfig) -> int | None:
         """`ruleset` with the call's own rules added; None (closed) for the child to retry.
@@ -308,6 +314,8 @@ class Server:
         self._sweep(pid)
         _, status = os.waitpid(pid, 0)
         self._send({"event": "exited", "id": call_id, "pid": pid, "status": status})
+        if self._ruleset is None:
+            self._ruleset = self._next_ruleset()
 
     def _sweep(self, leader: int) -> None:
         """Kill the call's group and every descendant reparented to us, until none is left."""
