@@ -37,7 +37,7 @@ class AdmittedPlugin:
     """A third-party plugin that passed admission: everything a hook call needs.
 
     `sources` holds the verified bytes of its modules (path relative to the site folder ->
-    bytes); every call sends exactly these, never what is on disk now.
+    bytes); every call sends exactly these, never what is on disk now, encoded once.
     """
 
     name: str
@@ -49,7 +49,7 @@ class AdmittedPlugin:
     families: Mapping[str, tuple[str, ...]]
     event_kinds: tuple[str, ...]
     tier: str
-    sources: Mapping[str, bytes] = field(repr=False)
+    sources: wire.Sources = field(repr=False)
 
     def request(
         self,
@@ -230,7 +230,7 @@ class _Ruling:
         assert checked.digest is not None
         candidate = self.candidate
         entry = candidate.value.strip()
-        sources = checked.verified.sources
+        sources = wire.Sources(checked.verified.sources)
         timeout_s = min(self.settings.hook_timeout_s, DESCRIBE_TIMEOUT_S)
         result = sandbox.call(CallRequest("describe", sources, entry, None, {}), timeout_s)
         if result.status != "ok":

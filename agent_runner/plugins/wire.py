@@ -10,7 +10,7 @@ import base64
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision
@@ -49,18 +49,44 @@ class WireError(ValueError):
     """A request or result does not match its schema."""
 
 
+class Sources(Mapping[str, bytes]):
+    """A plugin's module files (path -> bytes), encoded for requests once, on first use.
+
+    Admission makes one per plugin, so its hook calls do not encode the same bytes again.
+    """
+
+    __slots__ = ("_encoded", "_files")
+
+    def __init__(self, files: Mapping[str, bytes]) -> None:
+        self._files = dict(files)
+        self._encoded: bytes | None = None
+
+    def __getitem__(self, path: str) -> bytes:
+        return self._files[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def encoded(self) -> bytes:
+        """The files as a request's `sources` object: JSON, each file's bytes in base64."""
+        if self._encoded is None:
+            files = {path: base64.b64encode(data).decode("ascii") for path, data in self.items()}
+            self._encoded = json.dumps(files, separators=(",", ":")).encode()
+        return self._encoded
+
+
 def encode_request(
     family: str, entry: str, hook: str | None, view: Mapping[str, Any], sources: Mapping[str, bytes]
 ) -> bytes:
     """The request bytes the parent writes to the child's input pipe."""
-    payload = {
-        "family": family,
-        "entry": entry,
-        "hook": hook,
-        "view": dict(view),
-        "sources": {path: base64.b64encode(data).decode("ascii") for path, data in sources.items()},
-    }
-    return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+    files = sources if isinstance(sources, Sources) else Sources(sources)
+    payload = {"family": family, "entry": entry, "hook": hook, "view": dict(view)}
+    head = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+    # The same object as {**payload, "sources": ...}, with the sources' text made once.
+    return head[:-1] + b',"sources":' + files.encoded() + b"}"
 
 
 def decode_request(data: bytes) -> dict[str, Any]:

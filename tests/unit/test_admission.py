@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner.config import PluginsConfig, parse_config
+from agent_runner.plugins import wire
 from agent_runner.plugins.admission import admit
 from agent_runner.plugins.discovery import discover
 from agent_runner.plugins.sandbox import CallRequest, CallResult, ProbeReport
@@ -89,6 +90,7 @@ def test_an_unexpected_failure_refuses_that_plugin_and_the_next_is_admitted(tmp_
     (beta,) = admission.admitted
     assert (beta.name, beta.families["spawn"], beta.tier) == ("beta", ("gate",), "full")
     assert beta.sources == {"beta/__init__.py": b"PLUGIN = None\n"}
+    assert isinstance(beta.sources, wire.Sources)  # encoded once for all its calls
     request = beta.request("spawn", "gate", {"round": 1})
     assert (request.family, request.entry, request.hook, request.sources) == (
         "spawn",

@@ -57,6 +57,17 @@ def test_request_round_trips_with_binary_sources() -> None:
     assert (request["family"], request["entry"], request["hook"]) == ("spawn", "p:PLUGIN", "hook")
 
 
+def test_sources_are_encoded_once_and_make_the_same_request_as_a_dict() -> None:
+    files = {"p/__init__.py": b"from . import util\n", "p/util.py": b"\x00\xff"}
+    sources = wire.Sources(files)
+    first = wire.encode_request("observe", "p:PLUGIN", "watch", {"tail": "\u2028"}, sources)
+    again = wire.encode_request("spawn", "p:PLUGIN", "gate", {"round": 2}, sources)
+    assert first == wire.encode_request("observe", "p:PLUGIN", "watch", {"tail": "\u2028"}, files)
+    assert wire.decode_request(again)["sources"] == files
+    assert sources.encoded() is sources.encoded()
+    assert sources == files and len(sources) == 2
+
+
 def test_request_with_an_unknown_family_is_refused() -> None:
     data = wire.encode_request("root", "p:PLUGIN", None, {}, {})
     with pytest.raises(wire.WireError, match="unknown family"):
