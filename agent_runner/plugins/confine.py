@@ -132,8 +132,10 @@ def confine_and_run(
     applied = {"fs": False, "net": False, "scope": False, "seccomp": False}
     problems: list[str] = []
     try:
-        # The server's environment is already the allow-list (forkserver.main).
-        os.environ.update(HOME=cfg.scratch, TMPDIR=cfg.scratch)
+        # The server's environment is already the allow-list (forkserver.main). One item at
+        # a time: update() runs the ABC machinery, which dirties dozens of shared pages.
+        os.environ["HOME"] = cfg.scratch
+        os.environ["TMPDIR"] = cfg.scratch
         os.chdir(cfg.scratch)
         ruleset = None
         if cfg.fs or cfg.best_effort:
