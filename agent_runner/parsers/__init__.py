@@ -23,7 +23,10 @@ __all__ = [
     "Transient",
     "Usage",
     "announced_wait",
+    "parse_tail",
     "parse_transcript",
+    "read_transcript_tail",
+    "reads_transcript",
     "report_findings",
 ]
 
@@ -58,14 +61,27 @@ def parse_transcript(
     CLI said it succeeded, so a limit message in its text is the agent's own words. Structured
     JSON findings still count.
     """
-    parse = _PARSERS[parser]
-    if parse is _parse_nothing:
+    if not reads_transcript(parser):
         return Findings()
+    return parse_tail(parser, read_transcript_tail(path), now=now, exit_cause=exit_cause)
+
+
+def reads_transcript(parser: str) -> bool:
+    """Whether `parser` reads anything (`none` does not). Unknown parser: KeyError."""
+    return _PARSERS[parser] is not _parse_nothing
+
+
+def read_transcript_tail(path: Path) -> bytes:
+    """The last TAIL_BYTES of `path` from a line boundary; b"" when it cannot be read."""
     try:
-        tail = read_tail(path, TAIL_BYTES)
+        return read_tail(path, TAIL_BYTES)
     except OSError:
-        return Findings()
-    return parse(tail, now=now, prose=exit_cause != "clean")
+        return b""
+
+
+def parse_tail(parser: str, tail: bytes, *, now: float, exit_cause: str | None = None) -> Findings:
+    """`parse_transcript` of a tail already read with `read_transcript_tail`."""
+    return _PARSERS[parser](tail, now=now, prose=exit_cause != "clean")
 
 
 def report_findings(findings: Findings, *, round_no: int, emit: Callable[..., Any]) -> None:

@@ -28,8 +28,15 @@ def read_tail(path: Path, limit: int) -> bytes:
         start = max(0, info.st_size - limit)
         f.seek(start)
         data = f.read(limit)
-    if start > 0:
-        # The first line is cut at an arbitrary byte: drop it rather than misread it.
-        newline = data.find(b"\n")
-        data = data[newline + 1 :] if newline >= 0 else b""
-    return data
+    return _from_a_line(data) if start > 0 else data
+
+
+def last_lines(tail: bytes, limit: int) -> bytes:
+    """What `read_tail(path, limit)` returns, from `tail` = `read_tail(path, n)` with n >= limit."""
+    return tail if len(tail) <= limit else _from_a_line(tail[len(tail) - limit :])
+
+
+def _from_a_line(data: bytes) -> bytes:
+    # The first line is cut at an arbitrary byte: drop it rather than misread it.
+    newline = data.find(b"\n")
+    return data[newline + 1 :] if newline >= 0 else b""

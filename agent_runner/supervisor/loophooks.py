@@ -13,8 +13,8 @@ from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.events import Emit
-from agent_runner.parsers import Transient
-from agent_runner.parsers.tail import read_tail
+from agent_runner.parsers import TAIL_BYTES, Transient
+from agent_runner.parsers.tail import last_lines, read_tail
 from agent_runner.plugins import DirtyIntent
 from agent_runner.plugins.hooks import Hooks
 from agent_runner.supervisor.dirty import Decide, DirtyView, intent_problem
@@ -24,7 +24,8 @@ from agent_runner.supervisor.round import RoundResult, loggable_argv, round_envi
 
 # A skip is followed by at least this wait, so a plugin that skips forever cannot spin the loop.
 SKIP_MIN_WAIT_S = 1.0
-TRANSCRIPT_TAIL_BYTES = 64 * 1024
+# Cut from the parser's tail (parsers.TAIL_BYTES), so it cannot be longer.
+TRANSCRIPT_TAIL_BYTES = min(64 * 1024, TAIL_BYTES)
 
 
 class HandlerUnavailable(Exception):
@@ -126,12 +127,7 @@ def observe_round(
     """Run the round observers; the result with an observer's transient when the policy takes it."""
     if not hooks.has("observe"):
         return result
-    try:
-        tail = read_tail(
-            transcript_path(config.runtime.log_dir, result.number), TRANSCRIPT_TAIL_BYTES
-        )
-    except OSError:
-        tail = b""
+    tail = _observed_tail(config, result)
     observed = hooks.after_round(
         {
             "round": result.number,
@@ -154,3 +150,15 @@ def observe_round(
         detail=chosen.detail,
     )
     return replace(result, findings=replace(result.findings, transient=chosen))
+
+
+def _observed_tail(config: Config, result: RoundResult) -> bytes:
+    """The transcript's last TRANSCRIPT_TAIL_BYTES, cut from what the parser read if it did."""
+    if result.transcript_tail is not None:
+        return last_lines(result.transcript_tail, TRANSCRIPT_TAIL_BYTES)
+    try:
+        return read_tail(
+            transcript_path(config.runtime.log_dir, result.number), TRANSCRIPT_TAIL_BYTES
+        )
+    except OSError:
+        return b""

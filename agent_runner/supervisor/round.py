@@ -5,13 +5,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent_runner import vcs
 from agent_runner.clock import Clock
 from agent_runner.config import Config
 from agent_runner.events import Emit, redact_argv
-from agent_runner.parsers import Findings, parse_transcript, report_findings
+from agent_runner.parsers import (
+    Findings,
+    parse_tail,
+    read_transcript_tail,
+    reads_transcript,
+    report_findings,
+)
 from agent_runner.supervisor.agentpolicy import round_tmpdir
 from agent_runner.supervisor.cgroup import NO_USAGE, CgroupUnavailable, RoundCgroup, RoundCgroups
 from agent_runner.supervisor.confinement import AgentConfinement, RoundConfinement
@@ -44,6 +51,8 @@ class RoundResult:
     exit: AgentExit
     findings: Findings
     tree: TreeReport | None
+    # What the parser read of the transcript (parsers.TAIL_BYTES); None when it read nothing.
+    transcript_tail: bytes | None = None
 
     def summary(self) -> dict[str, Any]:
         transient = self.findings.transient
@@ -166,9 +175,7 @@ class RoundRunner:
             exit_cause=result.cause,
             duration_s=round(result.duration_s, 3),
         )
-        findings = parse_transcript(
-            config.agent.parser, transcript, now=self.clock.now(), exit_cause=result.cause
-        )
+        findings, tail = self._parse(transcript, result.cause)
         report_findings(findings, round_no=number, emit=emit)
         tree = self._secure(number, result.cause, head_before)
         emit(
@@ -179,7 +186,18 @@ class RoundRunner:
             memory_peak_bytes=usage.memory_peak_bytes,
             cpu_s=usage.cpu_s,
         )
-        return RoundResult(number, result, findings, tree)
+        return RoundResult(number, result, findings, tree, tail)
+
+    def _parse(self, transcript: Path, cause: str) -> tuple[Findings, bytes | None]:
+        """The transcript's findings, and the tail they came from (None if nothing was read).
+
+        Read once: the round observers get the end of the same bytes (loophooks).
+        """
+        parser = self.config.agent.parser
+        if not reads_transcript(parser):
+            return Findings(), None
+        tail = read_transcript_tail(transcript)
+        return parse_tail(parser, tail, now=self.clock.now(), exit_cause=cause), tail
 
     def _file_transcript(self, number: int, relay: TranscriptRelay) -> None:
         """Finish the transcript: every writer is gone now."""

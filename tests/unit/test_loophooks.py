@@ -6,8 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from agent_runner.config import Config, parse_config
-from agent_runner.plugins.hooks import SpawnVerdict
-from agent_runner.supervisor.loophooks import SKIP_MIN_WAIT_S, SpawnGate, SpawnWait, spawn_view
+from agent_runner.parsers import Findings
+from agent_runner.plugins.hooks import ObservedTransient, SpawnVerdict
+from agent_runner.supervisor.loophooks import (
+    SKIP_MIN_WAIT_S,
+    TRANSCRIPT_TAIL_BYTES,
+    SpawnGate,
+    SpawnWait,
+    observe_round,
+    spawn_view,
+)
+from agent_runner.supervisor.process import AgentExit, transcript_path
+from agent_runner.supervisor.round import RoundResult
 from tests.fakes import RecordedEvents
 
 
@@ -26,11 +36,25 @@ class Answers:
         return self.verdicts.pop(0)
 
 
-def config(restart_delay_s: float = 0) -> Config:
+class Observers:
+    """Round observers that only record the views they get."""
+
+    def __init__(self) -> None:
+        self.views: list[dict[str, Any]] = []
+
+    def has(self, family: str) -> bool:
+        return family == "observe"
+
+    def after_round(self, view: dict[str, Any]) -> list[ObservedTransient]:
+        self.views.append(view)
+        return []
+
+
+def config(restart_delay_s: float = 0, log_dir: str = "/x/logs") -> Config:
     document = {
         "schema_version": 1,
         "agent": {"command": ["agent", "--key=abc"], "parser": "none"},
-        "runtime": {"restart_delay_s": restart_delay_s},
+        "runtime": {"restart_delay_s": restart_delay_s, "log_dir": log_dir},
         "plugins": {"max_defer_s": 120},
     }
     return parse_config(document, Path("/x/agent-runner.toml"))
@@ -82,3 +106,29 @@ def test_the_spawn_view_redacts_argv_and_lists_env_names() -> None:
     assert "AGENT_RUNNER_ROUND" in view["env_names"]
     assert view["env_names"] == sorted(view["env_names"])
     assert (view["round"], view["last_round"], view["max_defer_s"]) == (9, {"round": 8}, 120)
+
+
+def observed_tail(tmp_path: Path, held: bytes | None) -> str:
+    """The transcript_tail an observer sees for round 3, whose file on disk says "on disk"."""
+    cfg = config(log_dir=str(tmp_path))
+    path = transcript_path(cfg.runtime.log_dir, 3)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"on disk\n")
+    result = RoundResult(3, AgentExit(0, None, "clean", 1.0), Findings(), None, held)
+    hooks = Observers()
+    observe_round(hooks, cfg, result, RecordedEvents(), 0.0)  # type: ignore[arg-type]
+    (view,) = hooks.views
+    return str(view["transcript_tail"])
+
+
+def test_observers_get_the_end_of_the_tail_the_parser_read_not_a_second_read(
+    tmp_path: Path,
+) -> None:
+    lines = b"".join(b"line %06d\n" % n for n in range(20_000))  # 220 KB, cut mid-line
+    tail = observed_tail(tmp_path, lines)
+    assert tail.encode() == lines[-TRANSCRIPT_TAIL_BYTES:].split(b"\n", 1)[1]
+    assert observed_tail(tmp_path / "short", b"all of it\n") == "all of it\n"
+
+
+def test_without_a_parser_tail_observers_read_the_transcript(tmp_path: Path) -> None:
+    assert observed_tail(tmp_path, None) == "on disk\n"

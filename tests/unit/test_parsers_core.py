@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -25,7 +26,7 @@ from agent_runner.parsers import (
 )
 from agent_runner.parsers.findings import pick_transient
 from agent_runner.parsers.signals import MAX_DETAIL_CHARS, short_redacted
-from agent_runner.parsers.tail import read_tail
+from agent_runner.parsers.tail import last_lines, read_tail
 from tests.fakes import RecordedEvents
 
 NOW = 1_800_000_000.0
@@ -62,6 +63,22 @@ def test_tail_drops_the_partial_first_line(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     path.write_bytes(b"a" * 100 + b"\nkept line\n")
     assert read_tail(path, 15) == b"kept line\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"a", b"bc", b"\n"]), max_size=400).map(b"".join),
+    st.integers(0, 900),
+    st.integers(0, 900),
+)
+def test_a_shorter_tail_cut_from_a_longer_one_is_what_reading_it_gives(
+    content: bytes, first: int, second: int
+) -> None:
+    short, long = sorted((first, second))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.log"
+        path.write_bytes(content)
+        assert last_lines(read_tail(path, long), short) == read_tail(path, short)
 
 
 def test_huge_sparse_transcript_reads_only_the_tail(tmp_path: Path) -> None:
