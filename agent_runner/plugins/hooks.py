@@ -94,6 +94,8 @@ class Hooks:
         builtins: Mapping[str, PluginManifest] | None = None,
     ) -> None:
         self._admission = admission
+        # Verdicts do not change after admission: copied once, not at every state save.
+        self._verdict_rows = admission.state()
         self._heartbeat = heartbeat
         self._config = settings
         self._emit = emit
@@ -248,15 +250,15 @@ class Hooks:
     def state(self) -> list[dict[str, Any]]:
         """Every verdict as state.json keeps it, with failures and quarantine as they are now."""
         rows = []
-        for row in self._admission.state():
+        for row in self._verdict_rows:
             targets = self._builtins if row["kind"] == "builtin" else self._plugins
             target = targets.get(row["name"])
-            failures = 0
+            now: dict[str, Any] = {"failures": 0}
             if target is not None and row["state"] in ("admitted", "builtin"):
-                failures = target.failures
+                now["failures"] = target.failures
                 if target.quarantined is not None:
-                    row |= {"state": "quarantined", "reason": target.quarantined}
-            rows.append({**row, "failures": failures})
+                    now |= {"state": "quarantined", "reason": target.quarantined}
+            rows.append({**row, **now})
         return rows
 
     def _confined_target(self, plugin: AdmittedPlugin) -> _Target:

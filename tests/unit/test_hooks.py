@@ -201,6 +201,27 @@ def test_each_failure_has_its_event_and_quarantine_comes_after_n_in_a_row() -> N
     assert not dispatcher.has("spawn")
 
 
+def test_each_state_shows_the_failures_as_they_are_then() -> None:
+    raised = CallResult("raised", None, "ValueError: x", None, None, "")
+    dispatcher, _, _ = hooks(
+        plugin("alpha", spawn=("wait",)),
+        answers={("alpha", "wait"): lambda request: raised},
+        quarantine_after=2,
+    )
+    before = dispatcher.state()
+    before[-1]["state"] = "changed by the caller"
+    dispatcher.before_spawn(VIEW)
+    once = dispatcher.state()
+    dispatcher.before_spawn(VIEW)
+    twice = dispatcher.state()
+    assert [(r["state"], r["failures"]) for r in (before[-1], once[-1], twice[-1])] == [
+        ("changed by the caller", 0),
+        ("admitted", 1),
+        ("quarantined", 2),
+    ]
+    assert "reason" not in once[-1] or once[-1]["reason"] is None
+
+
 def test_a_valid_call_with_an_invalid_answer_is_not_a_success() -> None:
     """An ok call whose defer is out of range must not reset the count of failures."""
     answers = iter([CallResult("raised", None, "E", None, None, ""), spawn("defer", 0.5)] * 2)
