@@ -90,14 +90,18 @@ class ForkServer:
         req_r, req_w = os.pipe2(os.O_CLOEXEC)
         res_r, res_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        exchange = _Exchange(self, int(message["id"]), payload, (req_w, res_r, err_r))
+        # Into the pipe before the server hears of the call (as much as the pipe holds): waking
+        # the server often preempts this process, and the child must not wait for it then.
+        exchange.feed()
+        deadline = time.monotonic() + timeout_s
         sent = self.send(message, (req_r, res_w, err_w))
         for fd in (req_r, res_w, err_w):
             os.close(fd)
-        exchange = _Exchange(self, int(message["id"]), payload, (req_w, res_r, err_r))
         if not sent:
             exchange.close()
             return Outcome(server_died=True)
-        return exchange.run(timeout_s)
+        return exchange.run(deadline)
 
     def send(self, message: Mapping[str, Any], fds: tuple[int, ...] = ()) -> bool:
         """Send one message; False when the server is gone."""
@@ -183,19 +187,27 @@ class _Exchange:
             _close_quietly(fd)
         self._req_w = self._res_r = self._err_r = -1
 
-    def run(self, timeout_s: float) -> Outcome:
-        """Drive the exchange to the child's end or the deadline."""
+    def feed(self) -> None:
+        """Write what the request pipe takes now; close it once the whole request is in."""
+        os.set_blocking(self._req_w, False)
+        while self._write_request():
+            pass
+        if not self._payload:
+            self._end_request()
+
+    def run(self, deadline: float) -> Outcome:
+        """Drive the exchange to the child's end or the deadline (monotonic clock)."""
         try:
-            return self._run(timeout_s)
+            return self._run(deadline)
         finally:
             self.close()
 
-    def _run(self, timeout_s: float) -> Outcome:
-        deadline = time.monotonic() + timeout_s
+    def _run(self, deadline: float) -> Outcome:
         with selectors.DefaultSelector() as selector:
-            for fd in (self._req_w, self._res_r, self._err_r):
+            for fd in (self._res_r, self._err_r):
                 os.set_blocking(fd, False)
-            selector.register(self._req_w, selectors.EVENT_WRITE)
+            if self._req_w >= 0:
+                selector.register(self._req_w, selectors.EVENT_WRITE)
             selector.register(self._res_r, selectors.EVENT_READ)
             selector.register(self._err_r, selectors.EVENT_READ)
             selector.register(self._server.sock, selectors.EVENT_READ)
@@ -221,18 +233,10 @@ class _Exchange:
 
     def _handle(self, selector: selectors.BaseSelector, fd: int) -> None:
         if fd == self._req_w:
-            try:
-                written = os.write(fd, self._payload[:65536])
-            except BlockingIOError:
-                return
-            except OSError:
-                written = len(self._payload)  # the child closed its input; it has what it read
-            self._payload = self._payload[written:]
+            self._write_request()
             if not self._payload:
-                # Closing our end is the child's end-of-request.
                 selector.unregister(fd)
-                _close_quietly(fd)
-                self._req_w = -1
+                self._end_request()
         elif fd in (self._res_r, self._err_r):
             try:
                 chunk = os.read(fd, 65536)
@@ -249,6 +253,22 @@ class _Exchange:
                 del self._stderr[: -wire.MAX_STDERR_BYTES]
         else:
             self._take_message(self._server.receive(0))
+
+    def _write_request(self) -> bool:
+        """One write of what is left of the request; False once the pipe is full or all is in."""
+        try:
+            written = os.write(self._req_w, self._payload[:65536])
+        except BlockingIOError:
+            return False
+        except OSError:
+            written = len(self._payload)  # the child closed its input; it has what it read
+        self._payload = self._payload[written:]
+        return bool(self._payload)
+
+    def _end_request(self) -> None:
+        # Closing our end is the child's end-of-request.
+        _close_quietly(self._req_w)
+        self._req_w = -1
 
     def _take_message(self, message: dict[str, Any] | None) -> None:
         if self._server.gone:
