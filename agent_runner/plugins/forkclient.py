@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -85,8 +85,17 @@ class ForkServer:
             raise ConfinementUnavailable("the sandbox fork server did not start")
         self.ready = ready
 
-    def run_call(self, message: Mapping[str, Any], payload: bytes, timeout_s: float) -> Outcome:
-        """Spawn a child for `message`; feed it `payload`; drain it to its end or the deadline."""
+    def run_call(
+        self,
+        message: Mapping[str, Any],
+        payload: bytes,
+        timeout_s: float,
+        meanwhile: Callable[[], None] = lambda: None,
+    ) -> Outcome:
+        """Spawn a child for `message`; feed it `payload`; drain it to its end or the deadline.
+
+        `meanwhile` runs once the server has the call, while the child starts.
+        """
         req_r, req_w = os.pipe2(os.O_CLOEXEC)
         res_r, res_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -101,6 +110,7 @@ class ForkServer:
         if not sent:
             exchange.close()
             return Outcome(server_died=True)
+        meanwhile()
         return exchange.run(deadline)
 
     def send(self, message: Mapping[str, Any], fds: tuple[int, ...] = ()) -> bool:

@@ -159,6 +159,9 @@ class Sandbox:
         self._timeout_s = hook_timeout_s
         self._given_scratch_root = scratch_root
         self._scratch_root: Path | None = None
+        # The next call's scratch, made while the previous call's child ran (mkdir can take
+        # milliseconds on a busy disk): empty, and reachable by no child until it is handed out.
+        self._spare: Path | None = None
         self._server: ForkServer | None = None
         # Until the probe says what this host enforces, "require" assumes everything is.
         self._enforce = dict.fromkeys(("fs", "net", "scope", "seccomp"), mode == "require")
@@ -243,6 +246,9 @@ class Sandbox:
             for cleaner in self._cleaners:
                 cleaner.join()
             self._cleaners.clear()
+            if self._spare is not None:
+                self._note_failure("spare scratch", remove_tree(self._spare))
+                self._spare = None
             if self._scratch_root is not None and self._given_scratch_root is None:
                 self._note_failure("scratch root", remove_tree(self._scratch_root))
                 self._scratch_root = None
@@ -278,7 +284,7 @@ class Sandbox:
         except ConfinementUnavailable as exc:
             return CallResult("crash", None, f"sandbox unavailable: {exc}", None, None, "")
         try:
-            scratch = self._make_scratch()
+            scratch = self._take_scratch()
         except OSError as exc:
             return CallResult("crash", None, f"no scratch directory: {exc}", None, None, "")
         deadline = time.monotonic() + timeout_s
@@ -339,7 +345,7 @@ class Sandbox:
             "best_effort": best_effort,
             "timeout_s": timeout_s,
         }
-        return server.run_call(message, payload, timeout_s)
+        return server.run_call(message, payload, timeout_s, meanwhile=self._prepare_spare)
 
     def _ensure_server(self) -> ForkServer:
         """The live fork server, restarted (with an event) if it died since the last call."""
@@ -384,6 +390,39 @@ class Sandbox:
         if os.geteuid() == 0:
             os.chown(path, NOBODY, NOBODY)
         return path
+
+    def _prepare_spare(self) -> None:
+        if self._spare is None:
+            # A failure here is the next call's to report, when it makes its own.
+            with contextlib.suppress(OSError):
+                self._spare = self._make_scratch()
+
+    def _take_scratch(self) -> Path:
+        """This call's scratch: the spare if it is still as it was made, else a new one."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return self._make_scratch()
+        if _unchanged_and_empty(spare):
+            return spare
+        self._note_failure("spare scratch", remove_tree(spare))
+        return self._make_scratch()
+
+
+def _unchanged_and_empty(scratch: Path) -> bool:
+    """Whether `scratch` is still the empty directory `_make_scratch` made (never a link)."""
+    owner = NOBODY if os.geteuid() == 0 else os.geteuid()
+    try:
+        fd = os.open(scratch, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & 0o7777 != 0o700 or info.st_uid != owner:
+            return False
+        with os.scandir(fd) as entries:
+            return next(entries, None) is None
+    finally:
+        os.close(fd)
 
 
 @dataclass

@@ -78,9 +78,11 @@ class InProcess:
         """The sandbox's internals a test inspects: scratch root, server pid and roots, uids."""
         server = self.sandbox._server
         root = self.sandbox._scratch_root
+        spare = self.sandbox._spare
         return {
             "report": None if self.sandbox.report is None else self.sandbox.report.to_dict(),
             "scratch_root": None if root is None else str(root),
+            "spare_scratch": None if spare is None else str(spare),
             "server_pid": None if server is None else server.process.pid,
             "read_roots": None if server is None else server.ready["read_roots"],
             "cleanup_notes": list(self.sandbox.cleanup_notes),
@@ -96,6 +98,14 @@ class InProcess:
     def scratch_root(self) -> Path | None:
         root = self.facts()["scratch_root"]
         return None if root is None else Path(root)
+
+    def left_in_scratch_root(self) -> list[Path]:
+        """What the scratch root holds besides the next call's scratch (made empty, and so)."""
+        root, spare = self.scratch_root, self.facts()["spare_scratch"]
+        assert root is not None
+        if spare is not None:
+            assert not any(Path(spare).iterdir()), "the spare scratch is not empty"
+        return sorted(path for path in root.iterdir() if str(path) != spare)
 
     @property
     def server_pid(self) -> int:

@@ -45,10 +45,37 @@ def test_directories_their_owner_cannot_list_are_removed_after_the_call(
     for _ in range(2):  # every call, not just the first
         result = run_hook(sandbox, LOCKED_OUT)
         assert result.status == "ok", result
-        assert list(root.iterdir()) == []
+        assert sandbox.left_in_scratch_root() == []
     assert sandbox.cleanup_notes == []
     sandbox.close()
     assert not root.exists()
+
+
+LISTS_ITS_SCRATCH = """
+def hook(view):
+    return SpawnDecision.skip(" ".join([os.getcwd(), *sorted(os.listdir("."))]))
+"""
+
+
+@pytest.mark.parametrize("change", ["a planted file", "a wider mode"])
+def test_the_scratch_made_ahead_for_a_call_is_handed_out_only_as_it_was_made(
+    fresh: InProcess, change: str
+) -> None:
+    sandbox = fresh
+    spare = Path(sandbox.facts()["spare_scratch"])  # made during the probe, for this call
+    assert run_hook(sandbox, LISTS_ITS_SCRATCH).value["reason"] == str(spare)
+    spare = Path(sandbox.facts()["spare_scratch"])  # made during that call, for the next
+    if change == "a planted file":
+        (spare / "planted").write_text("from an earlier call\n")
+    else:
+        spare.chmod(0o777)
+    result = run_hook(sandbox, LISTS_ITS_SCRATCH)
+    assert result.status == "ok", result
+    scratch, *listed = result.value["reason"].split(" ")
+    assert (scratch != str(spare), listed) == (True, [])
+    assert not spare.exists()
+    assert sandbox.left_in_scratch_root() == []
+    assert sandbox.cleanup_notes == []
 
 
 @pytest.mark.timeout(60)
@@ -62,16 +89,17 @@ def test_a_scratch_that_cannot_be_removed_fails_the_call(fresh: InProcess) -> No
         # Neither the plugin nor its supervisor can remove an immutable file: only root can
         # set one, so the test plays the part of whatever could leave such a thing behind.
         deadline = time.monotonic() + 5.0
-        while not list(root.iterdir()) and time.monotonic() < deadline:
+        while not (running := list(root.glob("*/running"))) and time.monotonic() < deadline:
             time.sleep(0.01)
-        (call_dir,) = root.iterdir()
-        target = call_dir / "immutable"
+        (mark,) = running
+        target = mark.parent / "immutable"
         target.write_bytes(b"x")
         _set_flags(target, FS_IMMUTABLE_FL)
         planted.append(target)
 
     body = """
     def hook(view):
+        open("running", "w").close()
         time.sleep(0.5)
         return SpawnDecision.proceed()
     """
