@@ -84,3 +84,26 @@ def fork_servers(serve_pid: int) -> list[int]:
         except OSError:
             continue  # gone meanwhile
     return found
+
+
+def server_children(server_pid: int) -> list[int]:
+    """A fork server's children: the child of a running call, or the one waiting for the next."""
+    try:
+        path = Path(f"/proc/{server_pid}/task/{server_pid}/children")
+        return [int(pid) for pid in path.read_text().split()]
+    except OSError:
+        return []
+
+
+def hook_calls(server_pid: int) -> list[int]:
+    """The fork server's children that are running a call: confined (no_new_privs set), unlike
+    the child forked ahead that waits for the next call."""
+    running = []
+    for pid in server_children(server_pid):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        if "\nNoNewPrivs:\t1\n" in status:
+            running.append(pid)
+    return running

@@ -115,16 +115,20 @@ def set_parent_death_signal(expected_parent: int) -> None:
         os._exit(70)
 
 
+def detach(prebuilt: Prebuilt) -> None:
+    """A freshly forked child's first step: a session of its own, and death with the server."""
+    os.setsid()
+    set_parent_death_signal(prebuilt.server_pid)
+
+
 def confine_and_run(
     prebuilt: Prebuilt, cfg: CallConfig, fds: list[int], base_ruleset: int | None
 ) -> None:
-    """The whole life of one call's child, in the required order; exits the process.
+    """The life of one call's child after `detach`, in the required order; exits the process.
 
     `base_ruleset` is a Landlock ruleset the server filled for this child alone: the read-only
     roots, the scratch and the call's read roots. Without one the child builds it.
     """
-    os.setsid()
-    set_parent_death_signal(prebuilt.server_pid)
     # Lift the received descriptors above the slots they are moved into, whatever their numbers.
     request_fd, result_fd, stderr_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in fds)
     for source, target in ((request_fd, 0), (stderr_fd, 1), (stderr_fd, 2), (result_fd, 3)):

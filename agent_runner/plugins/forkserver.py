@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import time
 import traceback
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent_runner.plugins import childenv, confine, syscalls
@@ -206,8 +207,22 @@ def export_seccomp_bpf(policy: syscalls.Policy) -> bytes:
     return syscalls.guard_prefix(policy) + program
 
 
+@dataclass(frozen=True)
+class _Standby:
+    """A child forked ahead of the next call, waiting on `sock` for it (still unconfined)."""
+
+    pid: int
+    pidfd: int
+    sock: socket.socket
+
+
 class Server:
-    """Forks children on request, kills their groups on request, reports their wait status."""
+    """Forks children on request, kills their groups on request, reports their wait status.
+
+    The next call's child is forked ahead, once the previous call is reported, so that a call
+    does not wait for a fork: it only hands its descriptors to that standby child, which then
+    confines itself exactly as a child forked for the call would.
+    """
 
     def __init__(self, control: socket.socket, prebuilt: confine.Prebuilt) -> None:
         self._control = control
@@ -216,6 +231,7 @@ class Server:
         self._selector = selectors.DefaultSelector()
         self._selector.register(control, selectors.EVENT_READ)
         self._ruleset = self._next_ruleset()
+        self._standby = self._start_standby()
 
     def _next_ruleset(self) -> int | None:
         """A Landlock ruleset with the read-only roots, for the next child alone.
@@ -234,13 +250,20 @@ class Server:
         return high
 
     def serve(self) -> None:
-        """Loop until the parent closes the control socket."""
+        """Loop until the parent closes the control socket; then end the standby child."""
         while True:
             for key, _ in self._selector.select():
                 if key.fileobj is self._control:
                     if not self._handle_message():
+                        if self._standby is not None:
+                            self._discard(self._standby)
                         return
-                else:
+                elif self._standby is not None and key.fd == self._standby.pidfd:
+                    # Killed while it waited: the next call forks its own child, and only a
+                    # call's end starts another standby (one fork a call, however often).
+                    self._discard(self._standby)
+                    self._standby = None
+                elif key.fd in self._children:
                     self._reap(int(key.fd))
 
     def _handle_message(self) -> bool:
@@ -274,19 +297,82 @@ class Server:
         self._ruleset = None
         if ruleset is not None:
             ruleset = self._add_call_rules(ruleset, cfg)
+        child = self._hand_to_standby(cfg, fds, ruleset)
+        if child is None:
+            child = self._fork_for_call(cfg, fds, ruleset)
+        pidfd, pid = child
+        self._children[pidfd] = (int(message["id"]), pid)
+        if ruleset is not None:
+            os.close(ruleset)  # the child's alone now: it holds the child's scratch
+
+    def _fork_for_call(
+        self, cfg: confine.CallConfig, fds: list[int], ruleset: int | None
+    ) -> tuple[int, int]:
         pid = os.fork()
         if pid == 0:
             try:
+                confine.detach(self._prebuilt)
                 confine.confine_and_run(self._prebuilt, cfg, fds, ruleset)
             except BaseException:  # a child must never return into the server loop
                 traceback.print_exc()
             finally:
                 os._exit(71)
         pidfd = os.pidfd_open(pid)
-        self._children[pidfd] = (int(message["id"]), pid)
         self._selector.register(pidfd, selectors.EVENT_READ)
-        if ruleset is not None:
-            os.close(ruleset)  # the child's alone now: it holds the child's scratch
+        return pidfd, pid
+
+    def _start_standby(self) -> _Standby | None:
+        """Fork the next call's child now; None (the call forks its own) if that fails."""
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return None
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            try:
+                ours.close()
+                self._control.close()  # only the server answers the parent
+                confine.detach(self._prebuilt)
+                cfg, fds, ruleset = _await_call(theirs)
+                confine.confine_and_run(self._prebuilt, cfg, fds, ruleset)
+            except BaseException:  # a child must never return into the server loop
+                traceback.print_exc()
+            finally:
+                os._exit(71)
+        theirs.close()
+        pidfd = os.pidfd_open(pid)
+        self._selector.register(pidfd, selectors.EVENT_READ)
+        return _Standby(pid, pidfd, ours)
+
+    def _hand_to_standby(
+        self, cfg: confine.CallConfig, fds: list[int], ruleset: int | None
+    ) -> tuple[int, int] | None:
+        """Give the call to the standby child: its (pidfd, pid), or None if there is none."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        handed = [*fds, *([] if ruleset is None else [ruleset])]
+        try:
+            socket.send_fds(standby.sock, [json.dumps(asdict(cfg)).encode()], handed)
+        except OSError:  # it died meanwhile: the call forks its own
+            self._discard(standby)
+            return None
+        finally:
+            standby.sock.close()
+        return standby.pidfd, standby.pid
+
+    def _discard(self, standby: _Standby) -> None:
+        standby.sock.close()
+        self._selector.unregister(standby.pidfd)
+        os.close(standby.pidfd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(standby.pid, signal.SIGKILL)
+        os.waitpid(standby.pid, 0)
 
     def _add_call_rules(self, ruleset: int, cfg: confine.CallConfig) -> int | None:
         """`ruleset` with the call's own rules added; None (closed) for the child to retry.
@@ -314,12 +400,17 @@ class Server:
         self._sweep(pid)
         _, status = os.waitpid(pid, 0)
         self._send({"event": "exited", "id": call_id, "pid": pid, "status": status})
+        # While no call waits on the server: the next call's child, then its ruleset.
+        if self._standby is None:
+            self._standby = self._start_standby()
         if self._ruleset is None:
             self._ruleset = self._next_ruleset()
 
     def _sweep(self, leader: int) -> None:
         """Kill the call's group and every descendant reparented to us, until none is left."""
         known = {pid for _, pid in self._children.values()} | {leader}
+        if self._standby is not None:
+            known.add(self._standby.pid)
         deadline = time.monotonic() + SWEEP_S
         while time.monotonic() < deadline:
             self._kill_group(leader)
@@ -342,6 +433,16 @@ class Server:
     def _kill_group(pid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def _await_call(sock: socket.socket) -> tuple[confine.CallConfig, list[int], int | None]:
+    """In a standby child: wait for its call; exit quietly if the server goes first."""
+    data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE_BYTES, 4)
+    if not data or len(fds) not in (3, 4):
+        os._exit(0)
+    fields = json.loads(data)
+    cfg = confine.CallConfig(**{**fields, "read_roots": tuple(fields["read_roots"])})
+    return cfg, fds[:3], fds[3] if len(fds) == 4 else None
 
 
 def _own_children() -> list[int]:

@@ -25,7 +25,7 @@ from agent_runner.supervisor.state import read_state
 from tests.conftest import PluginInstalls
 from tests.integration.conftest import Project, git, pid_alive
 from tests.launch_serve import PID_PLACEHOLDER
-from tests.pluginrun import cli, fork_servers, listed, peek
+from tests.pluginrun import cli, fork_servers, hook_calls, listed, peek
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, Served, expect_full_tier
 
 QUIET_AGENT = ["sh", "-c", "exit 0"]
@@ -85,13 +85,6 @@ def test_a_hanging_hook_times_out_and_is_quarantined_after_n_failures(
     assert "1 quarantined (stalling_plugin)" in cli(project, "peek", before=(site,)).stdout
 
 
-def has_children(pid: int) -> bool:
-    try:
-        return bool(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
-    except OSError:
-        return False
-
-
 def test_a_fork_server_killed_mid_call_is_restarted_and_the_call_fails_cleanly(
     served: Served, plugin_installs: PluginInstalls
 ) -> None:
@@ -102,7 +95,7 @@ def test_a_fork_server_killed_mid_call_is_restarted_and_the_call_fails_cleanly(
     project.wait_for("serve_start")
     deadline = time.monotonic() + 20
     servers = fork_servers(serve.pid)
-    while not (servers and has_children(servers[0])):
+    while not (servers and hook_calls(servers[0])):
         assert time.monotonic() < deadline, "no hook call started"
         time.sleep(0.02)
         servers = fork_servers(serve.pid)

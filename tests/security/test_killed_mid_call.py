@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import PluginInstalls
 from tests.integration.conftest import pid_alive
-from tests.pluginrun import fork_servers
+from tests.pluginrun import fork_servers, hook_calls, server_children
 from tests.security.conftest import Served, expect_full_tier
 
 WAIT_S = 20.0
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def configure(served: Served, stall_rounds: list[int]) -> None:
@@ -50,11 +42,11 @@ def test_serve_killed_during_a_hook_call_takes_the_fork_server_and_the_call_alon
     # Past admission (its describe calls): the call found now is round 1's spawn hook.
     project.wait_for("serve_start", timeout=WAIT_S)
     deadline = time.monotonic() + WAIT_S
-    while not (servers := fork_servers(first.pid)) or not children(servers[0]):
+    while not (servers := fork_servers(first.pid)) or not hook_calls(servers[0]):
         assert time.monotonic() < deadline, "no hook call started"
         time.sleep(0.02)
     (server,) = servers
-    calls = children(server)
+    calls = server_children(server)
     first.send_signal(signal.SIGKILL)
     assert first.wait(timeout=WAIT_S) == -signal.SIGKILL
     deadline = time.monotonic() + WAIT_S
