@@ -9,16 +9,23 @@ either way: by the builtin (`dirty_action = "commit"`) without plugins, by the e
 dirty handler with it. The gap measured is agent exit -> next agent start (`date` at each
 end), which holds everything serve does between two rounds: reaping, parsing, securing the
 tree, the observers, the policy, the gates and the spawn hooks.
+
+Each configuration also runs a one-round serve, so that the CPU time of one round (serve
+and everything it ran: git, the agent, the fork server and the hooks' children) comes out
+without serve's boot: (CPU of the long serve - CPU of the one-round serve) / (rounds - 1).
+On a host shared with other work, the wall-clock gap moves with the load; this does not.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +118,21 @@ def project(root: Path, stamps: Path, site: Path | None, command: list[str] | No
     return config
 
 
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def serve_cpu_s(rounds: int, site: Path | None) -> float:
+    """CPU time of a whole serve of `rounds` rounds and of everything it ran."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config = project(root, root / "stamps", site)
+        before = children_cpu_s()
+        cli(site, "serve", "--max-rounds", str(rounds), "--config", str(config))
+        return children_cpu_s() - before
+
+
 def round_gaps(rounds: int, site: Path | None) -> tuple[list[float], dict[str, int]]:
     """Each agent exit -> next agent start, in ms; and a count of the events by kind."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,28 +151,41 @@ def round_gaps(rounds: int, site: Path | None) -> tuple[list[float], dict[str, i
         return gaps, kinds
 
 
-def alternating(rounds: int, runs: int) -> tuple[list[float], list[float], dict[str, int]]:
-    """Gaps without plugins and with the example's three hooks, runs alternating; the events
-    of the runs with the plugin, counted by kind."""
-    without: list[float] = []
-    with_hooks: list[float] = []
+@dataclass
+class Rounds:
+    """Per configuration: the gaps between rounds (ms) and the CPU time of a round (ms)."""
+
+    gaps: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+
+
+def alternating(rounds: int, runs: int) -> tuple[Rounds, Rounds, dict[str, int]]:
+    """Without plugins and with the example's three hooks, runs alternating; the events of
+    the runs with the plugin, counted by kind."""
+    without, with_hooks = Rounds(), Rounds()
     kinds: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
         install_example(site)
         for _ in range(runs):
-            without += round_gaps(rounds, None)[0]
-            gaps, seen = round_gaps(rounds, site)
-            with_hooks += gaps
-            for kind, count in seen.items():
-                kinds[kind] = kinds.get(kind, 0) + count
+            for figures, where in ((without, None), (with_hooks, site)):
+                before = children_cpu_s()
+                gaps, seen = round_gaps(rounds, where)
+                long_serve = children_cpu_s() - before
+                one_round = serve_cpu_s(1, where)
+                figures.gaps += gaps
+                figures.cpu_ms.append((long_serve - one_round) * 1000 / (rounds - 1))
+                if where is not None:
+                    for kind, count in seen.items():
+                        kinds[kind] = kinds.get(kind, 0) + count
     return without, with_hooks, kinds
 
 
 if __name__ == "__main__":
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    without, with_hooks, kinds = alternating(rounds, runs)
+    plain_rounds, hooked_rounds, kinds = alternating(rounds, runs)
+    without, with_hooks = plain_rounds.gaps, hooked_rounds.gaps
     admitted = kinds.get("plugin_admitted", 0) == runs
     failed = kinds.get("hook_failed", 0)
     plain, hooked = statistics.median(without), statistics.median(with_hooks)
@@ -169,6 +204,12 @@ if __name__ == "__main__":
     )
     print(
         f"                                       {min(with_hooks) - min(without):.1f} ms a round (min)"
+    )
+    plain_cpu = statistics.median(plain_rounds.cpu_ms)
+    hooked_cpu = statistics.median(hooked_rounds.cpu_ms)
+    print(
+        f"CPU time of a round, no plugin:        {plain_cpu:.1f} ms; with the 3 hooks "
+        f"{hooked_cpu:.1f} ms; the hooks' share {hooked_cpu - plain_cpu:.1f} ms"
     )
     commits = kinds.get("dirty_auto_committed", 0)
     print(

@@ -1,5 +1,9 @@
 """Per-call overhead of the trampoline for a no-op hook, and the memory a confined child uses.
 
+Besides the wall-clock time per call it reports the CPU time a call costs in all three
+processes (the supervisor side, the fork server, the call's child): on a host shared with
+other work, that is the figure that does not move with the load.
+
 Run: .venv/bin/python benchmarks/bench_trampoline.py [--calls 300] [--mode require] [--unprivileged]
 `--unprivileged` (start it as root) runs the whole supervisor side as an unused non-root uid,
 the way a `systemctl --user` operator runs it. SPEC §11 target: median <= 12 ms per call at the
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,6 +52,7 @@ class Trampoline:
     calls_ms: list[float]
     child_peaks_kib: list[int]
     server_rss_kib: int
+    cpu_ms_per_call: float = 0.0  # the supervisor side, the fork server and the calls' children
 
 
 def _rss_kib(pid: int) -> int:
@@ -54,6 +60,17 @@ def _rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time of `pid` and of the children it has reaped (utime, stime, cutime, cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def measure(mode: str = "require", calls: int = 300) -> Trampoline:
@@ -66,6 +83,8 @@ def measure(mode: str = "require", calls: int = 300) -> Trampoline:
         noop = CallRequest("spawn", NOOP_PLUGIN, "noop:PLUGIN", "noop", {"round": 1})
         for _ in range(20):
             sandbox.call(noop)
+        (server,) = sandbox.server_pids()
+        cpu_before = _own_cpu_s() + _cpu_s(server)
         samples = []
         for _ in range(calls):
             started = time.perf_counter()
@@ -73,14 +92,14 @@ def measure(mode: str = "require", calls: int = 300) -> Trampoline:
             samples.append((time.perf_counter() - started) * 1000)
             if result.status != "ok":
                 raise SystemExit(f"a no-op call failed: {result}")
+        cpu_ms = (_own_cpu_s() + _cpu_s(server) - cpu_before) * 1000 / calls
         peaks = []
         for _ in range(20):
             peak = sandbox.call(CallRequest("spawn", NOOP_PLUGIN, "noop:PLUGIN", "peak", {}))
             peaks.append(int(peak.value["reason"]))
-        (server,) = sandbox.server_pids()
         server_rss = _rss_kib(server)
     return Trampoline(
-        os.getuid(), report.tier, report.landlock_abi, boot_ms, samples, peaks, server_rss
+        os.getuid(), report.tier, report.landlock_abi, boot_ms, samples, peaks, server_rss, cpu_ms
     )
 
 
@@ -117,6 +136,7 @@ def main() -> None:
     print(f"per-call median           {statistics.median(samples):.2f} ms")
     print(f"per-call p90              {samples[int(len(samples) * 0.9)]:.2f} ms")
     print(f"per-call min              {samples[0]:.2f} ms")
+    print(f"per-call CPU, 3 processes {figures.cpu_ms_per_call:.2f} ms")
     print(f"child peak RSS (median)   {statistics.median(figures.child_peaks_kib) / 1024:.1f} MiB")
     print(f"fork server RSS           {figures.server_rss_kib / 1024:.1f} MiB")
 

@@ -143,6 +143,14 @@ def trampoline_figures(quick: bool) -> list[Figure]:
                 f"tier {result.tier}, fork server RSS {result.server_rss_kib / 1024:.1f} MB",
             )
         )
+        figures.append(
+            Figure(
+                f"trampoline per no-op call, supervisor as {who}, CPU time",
+                "ms",
+                (result.cpu_ms_per_call,),
+                note="supervisor side + fork server + child",
+            )
+        )
     return figures
 
 
@@ -177,18 +185,22 @@ def plugin_boot_figures(quick: bool) -> list[Figure]:
 def plugin_round_figures(quick: bool) -> list[Figure]:
     progress("between rounds, with and without the example plugin's three hooks")
     rounds, runs = (15, 1) if quick else (30, 3)
-    without, with_hooks, kinds = bench_plugin_hooks.alternating(rounds, runs)
+    plain, hooked, kinds = bench_plugin_hooks.alternating(rounds, runs)
     failed = kinds.get("hook_failed", 0)
-    overhead = statistics.median(with_hooks) - statistics.median(without)
+    overhead = statistics.median(hooked.gaps) - statistics.median(plain.gaps)
+    cpu = statistics.median(hooked.cpu_ms) - statistics.median(plain.cpu_ms)
     return [
-        Figure("agent exit -> next start, no plugin (git, commit)", "ms", tuple(without)),
+        Figure("agent exit -> next start, no plugin (git, commit)", "ms", tuple(plain.gaps)),
         Figure(
             "agent exit -> next start, the example plugin's 3 hooks",
             "ms",
-            tuple(with_hooks),
+            tuple(hooked.gaps),
             note=f"{kinds.get('plugin_admitted', 0)} admissions, {failed} failed calls",
         ),
         Figure("per-round overhead of the 3 hooks (difference of medians)", "ms", (overhead,), 40),
+        Figure("CPU time of a round, no plugin", "ms", tuple(plain.cpu_ms)),
+        Figure("CPU time of a round, the example plugin's 3 hooks", "ms", tuple(hooked.cpu_ms)),
+        Figure("CPU time of the 3 hooks a round (difference of medians)", "ms", (cpu,)),
     ]
 
 
