@@ -5,9 +5,14 @@ processes (the supervisor side, the fork server, the call's child): on a host sh
 other work, that is the figure that does not move with the load.
 
 Run: .venv/bin/python benchmarks/bench_trampoline.py [--calls 300] [--mode require] [--unprivileged]
+       [--apart-ms 0]
 `--unprivileged` (start it as root) runs the whole supervisor side as an unused non-root uid,
 the way a `systemctl --user` operator runs it. SPEC §11 target: median <= 12 ms per call at the
 full tier, in both.
+
+`--apart-ms N` leaves N ms between calls, as serve does (its hooks are separated by a round,
+by git): the fork server then forks each call's child before the call comes. Back to back
+(the default) it does that work while the next call waits.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(mode: str = "require", calls: int = 300) -> Trampoline:
+def measure(mode: str = "require", calls: int = 300, apart_ms: float = 0) -> Trampoline:
     """`calls` no-op hook calls through a sandbox started in this process."""
     events: list[tuple[str, dict[str, object]]] = []
     with Sandbox(mode, emit=lambda kind, **f: events.append((kind, f))) as sandbox:
@@ -87,6 +92,7 @@ def measure(mode: str = "require", calls: int = 300) -> Trampoline:
         cpu_before = _own_cpu_s() + _cpu_s(server)
         samples = []
         for _ in range(calls):
+            time.sleep(apart_ms / 1000)
             started = time.perf_counter()
             result = sandbox.call(noop)
             samples.append((time.perf_counter() - started) * 1000)
@@ -103,13 +109,16 @@ def measure(mode: str = "require", calls: int = 300) -> Trampoline:
     )
 
 
-def measure_unprivileged(mode: str = "require", calls: int = 300) -> Trampoline:
+def measure_unprivileged(
+    mode: str = "require", calls: int = 300, apart_ms: float = 0
+) -> Trampoline:
     """`measure` with the whole supervisor side as an unused non-root uid (start as root)."""
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
     from tests import unprivileged  # noqa: PLC0415 - the test helper that drops to a uid
 
     argv = ["benchmarks/bench_trampoline.py", "--calls", str(calls), "--mode", mode, "--json"]
+    argv += ["--apart-ms", str(apart_ms)]
     done = subprocess.run(
         unprivileged.command(*argv), cwd=repo, capture_output=True, text=True, check=True
     )
@@ -121,10 +130,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--mode", choices=["require", "prefer", "off"], default="require")
     parser.add_argument("--unprivileged", action="store_true", help="run as an unused uid")
+    parser.add_argument("--apart-ms", type=float, default=0, help="pause between calls")
     parser.add_argument("--json", action="store_true", help="the figures as one JSON object")
     args = parser.parse_args()
     run = measure_unprivileged if args.unprivileged else measure
-    figures = run(args.mode, args.calls)
+    figures = run(args.mode, args.calls, args.apart_ms)
     if args.json:
         print(json.dumps(asdict(figures)))
         return

@@ -151,6 +151,18 @@ def trampoline_figures(quick: bool) -> list[Figure]:
                 note="supervisor side + fork server + child",
             )
         )
+    progress("trampoline per call, 50 ms apart, supervisor as root")
+    apart = bench_trampoline.measure("require", calls, apart_ms=50)
+    figures.append(
+        Figure(
+            "trampoline per no-op call, 50 ms apart, as root",
+            "ms",
+            tuple(apart.calls_ms),
+            12,
+            "§11",
+            "as serve calls hooks: each call's child forked before it",
+        )
+    )
     return figures
 
 
