@@ -145,7 +145,7 @@ def trampoline_figures(quick: bool) -> list[Figure]:
         )
         figures.append(
             Figure(
-                f"trampoline per no-op call, supervisor as {who}, CPU time",
+                f"trampoline CPU time per call, supervisor as {who}",
                 "ms",
                 (result.cpu_ms_per_call,),
                 note="supervisor side + fork server + child",
