@@ -121,7 +121,6 @@ def peek(as_json: bool, select: str | None, event_count: int, config_path: Path 
     """Snapshot of the project from state.json and the event log; read-only."""
     from agent_runner.observe.contracts import to_json
     from agent_runner.observe.peek import select_path, snapshot
-    from agent_runner.observe.render import render_peek
 
     doc = snapshot(load(config_path), events=event_count)
     if select:
@@ -134,6 +133,8 @@ def peek(as_json: bool, select: str | None, event_count: int, config_path: Path 
     elif as_json:
         print_json(doc)
     else:
+        from agent_runner.observe.render import render_peek  # not on --json's fast path
+
         click.echo(render_peek(doc))
 
 
