@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agent_runner.config import BackoffConfig, BreakersConfig
-from agent_runner.parsers import Transient
+
+if TYPE_CHECKING:  # the parsers compile their patterns at import; peek and status read this
+    from agent_runner.parsers import Transient
 
 SERVER_JITTER_MAX_S = 5.0
 SERVER_JITTER_SHARE = 0.1  # short waits get proportionally short jitter
