@@ -45,7 +45,6 @@ from agent_runner.observe.contracts import (
 from agent_runner.supervisor.budget import DAY_S, HOUR_S, Ledger
 from agent_runner.supervisor.instance import read_holder
 from agent_runner.supervisor.policy import LoopState, breaker_streaks
-from agent_runner.supervisor.process import transcript_path
 from agent_runner.supervisor.state import load_state, loop_from_state, recent_summaries
 from agent_runner.supervisor.strays import process_start_ticks
 
@@ -229,6 +228,9 @@ def round_block(view: View) -> Round | None:
     budget = _number(current.get("budget_s"))
     cgroup = current.get("cgroup")
     confined = current.get("confined")
+    # Only a running round needs serve's process module and all that it imports.
+    from agent_runner.supervisor.process import transcript_path  # noqa: PLC0415
+
     return Round(
         n=number,
         started_at=started,
