@@ -191,7 +191,6 @@ def status(as_json: bool, every: bool, config_path: Path | None) -> None:
         return
     from agent_runner.observe.contracts import ALIVE_STATES
     from agent_runner.observe.peek import status_document
-    from agent_runner.observe.render import render_status
     from agent_runner.systemd.state import unit_state
 
     config = load(config_path)
@@ -199,6 +198,8 @@ def status(as_json: bool, every: bool, config_path: Path | None) -> None:
     if as_json:
         print_json(doc)
     else:
+        from agent_runner.observe.render import render_status  # not on --json's fast path
+
         click.echo(render_status(doc))
     if doc.supervisor.state not in ALIVE_STATES:
         raise SystemExit(ExitCode.NOT_RUNNING)
