@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -83,7 +82,7 @@ def _create_temp(path: Path, mode: int) -> tuple[int, Path]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(_TEMP_ATTEMPTS):
         # A random name: a FIFO or symlink planted at a predictable name is never opened.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         try:
             return os.open(tmp, flags, mode), tmp
         except FileExistsError:
