@@ -14,15 +14,18 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent_runner.errors import AgentRunnerError, LockHeld
 from agent_runner.events import Emit
 from agent_runner.files import read_regular
 from agent_runner.supervisor.strays import process_start_ticks
+
+if TYPE_CHECKING:
+    import socket
 
 LOCK_FILE = "serve.lock"
 PID_FILE = "serve.pid"
@@ -132,6 +135,8 @@ class InstanceLock:
         self.release()
 
     def _bind(self) -> socket.socket:
+        import socket  # noqa: PLC0415 -- only serve binds; peek and status read serve.pid
+
         name = "\0" + SOCKET_PREFIX + project_key(self.work_dir)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -219,6 +224,8 @@ def read_holder(log_dir: Path) -> Holder | None:
 
 def _socket_peer(name: str) -> int | None:
     """The pid of the process listening on abstract socket `name`, if it will say."""
+    import socket  # noqa: PLC0415 -- as in _bind
+
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
         probe.setblocking(False)
         try:

@@ -7,7 +7,6 @@ Call `become_subreaper` once at boot: only then do processes that escape the age
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import selectors
 import signal
@@ -39,6 +38,8 @@ def marked_environment(log_dir: Path) -> Iterator[None]:
 
 def become_subreaper() -> None:
     """Adopt every orphaned descendant of this process instead of letting init have it."""
+    import ctypes  # noqa: PLC0415 -- once, at serve's boot; peek and status read ticks only
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         code = ctypes.get_errno()
