@@ -26,14 +26,15 @@ CheckStatus = Literal["ok", "warn", "fail"]
 Scalar = str | int | float | bool | None
 
 
-# Documents are built once and printed, never compared or hashed: eq=False and no frozen,
-# since every generated method is compiled at import, on peek's and status's fast path.
-@dataclass(kw_only=True, eq=False)
+# Documents are built once and printed as JSON, never compared, hashed or shown by repr:
+# eq=False, repr=False and no frozen, since every generated method is compiled at import,
+# on peek's and status's fast path.
+@dataclass(kw_only=True, eq=False, repr=False)
 class Document:
     schema_version: Annotated[int, "version of this document's schema; 1 for now"] = SCHEMA_VERSION
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Project:
     config: Annotated[str, "the agent-runner.toml that was read"]
     work_dir: Annotated[str, "the agent's work tree"]
@@ -43,13 +44,13 @@ class Project:
     idle_timeout_s: Annotated[float, "runtime.idle_timeout_s: a round this silent ends (0: off)"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class PendingStop:
     mode: Annotated[Literal["terminate", "finish_round"], "how serve stops"]
     source: Annotated[str, "who asked: SIGTERM, stop command, stop file, ..."]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Supervisor:
     state: Annotated[
         SupervisorState,
@@ -68,7 +69,7 @@ class Supervisor:
     reason: Annotated[str | None, "why it is in this state: what it waits for, why it stopped"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Round:
     n: Annotated[int, "the round number"]
     started_at: Annotated[float | None, "when the agent was spawned (epoch seconds)"]
@@ -81,7 +82,7 @@ class Round:
     landlock_abi: Annotated[int | None, "the Landlock ABI it is confined at; null unconfined"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class RoundSummary:
     round: Annotated[int, "the round number"]
     exit_code: Annotated[int | None, "the agent's exit status; null when a signal ended it"]
@@ -96,7 +97,7 @@ class RoundSummary:
     ended_at: Annotated[float | None, "when the round ended (epoch seconds)"] = None
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Backoff:
     until: Annotated[float, "when the next round may start (epoch seconds)"]
     remaining_s: Annotated[float, "seconds until then"]
@@ -107,26 +108,26 @@ class Backoff:
     ]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class SpendCaps:
     max_cost_usd_per_day: Annotated[float | None, "budget.max_cost_usd_per_day (null: none)"]
     max_tokens_per_day: Annotated[int | None, "budget.max_tokens_per_day (null: none)"]
     max_rounds_per_hour: Annotated[int | None, "budget.max_rounds_per_hour (null: none)"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Spent:
     rounds: Annotated[int, "rounds in the window"]
     tokens: Annotated[int, "tokens the CLI reported"]
     cost_usd: Annotated[float, "cost the CLI reported (never computed)"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class RoundsSpent:
     rounds: Annotated[int, "rounds in the window"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class BudgetWaiting:
     cap: Annotated[str, "the cap that is reached"]
     used: Annotated[float, "what its window holds"]
@@ -135,7 +136,7 @@ class BudgetWaiting:
     remaining_s: Annotated[float, "seconds until then"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Budget:
     caps: Annotated[SpendCaps, "the [budget] caps"]
     last_24h: Annotated[Spent, "the rolling day"]
@@ -143,7 +144,7 @@ class Budget:
     waiting: Annotated[BudgetWaiting | None, "the wait serve is in for a cap, if any"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class NotifyRun:
     kind: Annotated[str, "the event kind it was run for"]
     at: Annotated[float | None, "when (epoch seconds)"]
@@ -151,7 +152,7 @@ class NotifyRun:
     reason: Annotated[str | None, "why it failed"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Notify:
     command: Annotated[list[str], "[notify] command (empty: off)"]
     on: Annotated[list[str], "[notify] on: the kinds it runs for"]
@@ -161,7 +162,7 @@ class Notify:
     last: Annotated[NotifyRun | None, "the last run"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Deferral:
     action: Annotated[str, "defer or skip"]
     hook: Annotated[str, "the spawn hook that decided"]
@@ -170,13 +171,13 @@ class Deferral:
     remaining_s: Annotated[float | None, "seconds until then"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Breaker:
     count: Annotated[int, "the streak so far"]
     limit: Annotated[int, "serve gives up (exit 69) when count reaches this"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class SandboxReport:
     tier: Annotated[Literal["full", "landlock", "seccomp", "none"], "what confines plugin calls"]
     landlock_abi: Annotated[int, "the kernel's Landlock ABI (0: none)"]
@@ -187,7 +188,7 @@ class SandboxReport:
     unconfined_reason: Annotated[str | None, "why the tier is below full"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class PluginEntry:
     name: Annotated[str, "the entry-point name"]
     kind: Annotated[Literal["builtin", "squatter", "third-party"], "provenance"]
@@ -210,14 +211,14 @@ class PluginEntry:
     failures: Annotated[int, "failed calls in a row"] = 0
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Plugins:
     sandbox: Annotated[SandboxReport | None, "the last serve's sandbox probe"]
     sandbox_reason: Annotated[str | None, "why sandbox is null"]
     entries: Annotated[list[PluginEntry], "every builtin and every plugin the last serve saw"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Defense:
     name: Annotated[str, "the guard"]
     value: Annotated[Scalar, "its setting"]
@@ -225,7 +226,7 @@ class Defense:
     detail: Annotated[str, "what it does, or why it is off"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class PeekDocument(Document):
     """`agent-runner peek --json`: read from state.json and the event log's tail only."""
 
@@ -245,7 +246,7 @@ class PeekDocument(Document):
     ]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Unit:
     unit: Annotated[str, "the instance, agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
@@ -253,7 +254,7 @@ class Unit:
     enabled: Annotated[str, "systemctl is-enabled"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class StatusDocument(Document):
     """`agent-runner status --json`: exit 0 while serve runs, 3 when it does not."""
 
@@ -263,14 +264,14 @@ class StatusDocument(Document):
     systemd: Annotated[Unit | None, "the installed unit; null when none is"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class HostUnit:
     unit: Annotated[str, "agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
     project_dir: Annotated[str, "the folder the unit runs serve in"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class HostProject:
     name: Annotated[str, "the log_dir's folder name"]
     log_dir: Annotated[str, "where its serve keeps state.json and events"]
@@ -284,7 +285,7 @@ class HostProject:
     problem: Annotated[str | None, "why its state or its unit's config cannot be read"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class HostDocument(Document):
     """`agent-runner status --all --json`: every project with state on this host, read from
     state files only; running ones first. Exit 0."""
@@ -293,7 +294,7 @@ class HostDocument(Document):
     projects: Annotated[list[HostProject], "one per log_dir"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Check:
     name: Annotated[str, "what was checked"]
     status: Annotated[CheckStatus, "fail makes doctor exit 1 (and serve refuse to boot)"]
@@ -301,7 +302,7 @@ class Check:
     fix: Annotated[str, "what to do about it (empty when ok)"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class DoctorSandbox:
     mode: Annotated[Literal["require", "prefer", "off"], "plugins.sandbox"]
     tier: Annotated[str | None, "the tier the probe achieved"]
@@ -316,7 +317,7 @@ class DoctorSandbox:
     ]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class DoctorDocument(Document):
     """`agent-runner doctor --json`: exit 0 when no check fails, 1 otherwise, 78 for a config
     that does not load (then `checks` holds that one failure)."""
@@ -327,7 +328,7 @@ class DoctorDocument(Document):
     plugins: Annotated[list[PluginEntry], "as `plugins list --json` shows them"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class StopDocument(Document):
     """`agent-runner stop --json`: exit 0 when serve stopped (or agreed to, with
     --after-round) or none was running; 1 when it is still running at --timeout."""
@@ -341,14 +342,14 @@ class StopDocument(Document):
     detail: Annotated[str, "the one line the human output prints"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class PluginsDocument(Document):
     """`agent-runner plugins list --json`."""
 
     plugins: Annotated[list[PluginEntry], "every builtin and every discovered entry point"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class RescueEntry:
     sha: Annotated[str, "the stash or commit serve made"]
     round: Annotated[int, "the round whose work it holds"]
@@ -363,14 +364,14 @@ class RescueEntry:
     reachable: Annotated[bool, "kept_by is not empty: safe from git gc"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class RescueDocument(Document):
     """`agent-runner rescue --json`: every piece of work serve secured, oldest round first."""
 
     secured: Annotated[list[RescueEntry], "one per stash or auto-commit"]
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class EventLine(Document):
     """`agent-runner events --json`: one JSON object per line (JSONL), each an event with
     `schema_version` added; the other keys are the kind's fields (docs/events.md)."""
