@@ -14,7 +14,6 @@ from typing import Literal
 
 from agent_runner.errors import ExitCode
 from agent_runner.systemd.names import check_unit_text
-from agent_runner.vcs import GIT_TIMEOUT_S
 
 Scope = Literal["user", "system"]
 SCOPES: tuple[Scope, ...] = ("user", "system")
@@ -26,8 +25,6 @@ RESTART_SEC = 10
 # A serve that keeps crashing on start is given up on after this many starts in this window.
 START_LIMIT_BURST = 5
 START_LIMIT_INTERVAL_S = 600
-# Securing the work tree after the agent stopped: up to two git calls at their timeout.
-SECURE_TREE_S = 2 * GIT_TIMEOUT_S
 STOP_MARGIN_S = 15
 MARKER = "# Written by `agent-runner install`"
 DROPIN = "agent-runner.conf"
@@ -85,9 +82,16 @@ class ProjectUnit:
     group: str | None = None
 
 
+def secure_tree_s() -> float:
+    """Securing the work tree after the agent stopped: up to two git calls at their timeout."""
+    from agent_runner.vcs import GIT_TIMEOUT_S  # noqa: PLC0415 -- `status` needs no git module
+
+    return 2 * GIT_TIMEOUT_S
+
+
 def stop_timeout_s(sigterm_grace_s: float) -> int:
     """TimeoutStopSec: the agent's grace, then securing the work tree, then a margin."""
-    return math.ceil(sigterm_grace_s + SECURE_TREE_S + STOP_MARGIN_S)
+    return math.ceil(sigterm_grace_s + secure_tree_s() + STOP_MARGIN_S)
 
 
 def watchdog_s(sigterm_grace_s: float) -> int:
@@ -161,7 +165,7 @@ def render_dropin(project: ProjectUnit) -> str:
         )
         lines.append(f"ReadWritePaths={paths}")
     lines += [
-        f"# sigterm_grace_s ({grace:g}) + securing the work tree ({SECURE_TREE_S:g}) + "
+        f"# sigterm_grace_s ({grace:g}) + securing the work tree ({secure_tree_s():g}) + "
         f"{STOP_MARGIN_S}.",
         f"TimeoutStopSec={stop_timeout_s(grace)}",
         "# serve pings at half of this; its longest quiet stretch is one stop.",

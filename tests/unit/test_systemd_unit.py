@@ -12,10 +12,10 @@ from agent_runner.errors import ExitCode, SystemdError
 from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S
 from agent_runner.systemd.unit import (
     HARDENING,
-    SECURE_TREE_S,
     ProjectUnit,
     render_dropin,
     render_template,
+    secure_tree_s,
     stop_timeout_s,
     watchdog_s,
 )
@@ -118,7 +118,7 @@ def test_a_system_drop_in_names_the_account_and_keeps_the_project_writable() -> 
 
 
 def test_stop_timeout_covers_the_grace_and_securing_the_tree() -> None:
-    assert stop_timeout_s(10) == 10 + SECURE_TREE_S + 15
+    assert stop_timeout_s(10) == 10 + secure_tree_s() + 15
     assert stop_timeout_s(0.5) == 136
     assert settings(render_dropin(dataclasses.replace(PROJECT, sigterm_grace_s=30)))[
         "Service.TimeoutStopSec"
@@ -131,7 +131,7 @@ def test_half_the_watchdog_outlasts_the_longest_stretch_serve_goes_without_a_pin
 ) -> None:
     # serve pings at half of WatchdogSec; it is quiet during a stop's grace and while it
     # secures the tree, and a ping may be one tick late.
-    assert watchdog_s(grace_s) / 2 > grace_s + SECURE_TREE_S + STOP_FILE_CHECK_S
+    assert watchdog_s(grace_s) / 2 > grace_s + secure_tree_s() + STOP_FILE_CHECK_S
 
 
 @pytest.mark.parametrize(
