@@ -28,14 +28,19 @@ Scalar = str | int | float | bool | None
 
 # Documents are built once and printed as JSON, never compared, hashed or shown by repr:
 # eq=False, repr=False and no frozen, since every generated method is compiled at import,
-# on peek's and status's fast path.
+# on peek's and status's fast path. Each class has a docstring for the same reason
+# (dataclass would otherwise write one from inspect.signature).
 @dataclass(kw_only=True, eq=False, repr=False)
 class Document:
+    """What every document carries."""
+
     schema_version: Annotated[int, "version of this document's schema; 1 for now"] = SCHEMA_VERSION
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Project:
+    """`project`: what this project is, from its config."""
+
     config: Annotated[str, "the agent-runner.toml that was read"]
     work_dir: Annotated[str, "the agent's work tree"]
     log_dir: Annotated[str, "events, state.json, transcripts"]
@@ -46,12 +51,16 @@ class Project:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class PendingStop:
+    """`supervisor.pending_stop`: a stop serve has accepted."""
+
     mode: Annotated[Literal["terminate", "finish_round"], "how serve stops"]
     source: Annotated[str, "who asked: SIGTERM, stop command, stop file, ..."]
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Supervisor:
+    """`supervisor`: the serve process, its state and why."""
+
     state: Annotated[
         SupervisorState,
         "running: a round runs; waiting: restart delay, boot, a spend cap or a missing prompt; "
@@ -71,6 +80,8 @@ class Supervisor:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Round:
+    """`round`: the round running now."""
+
     n: Annotated[int, "the round number"]
     started_at: Annotated[float | None, "when the agent was spawned (epoch seconds)"]
     elapsed_s: Annotated[float | None, "seconds since then"]
@@ -84,6 +95,8 @@ class Round:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class RoundSummary:
+    """One of `last_rounds`: how a round ended."""
+
     round: Annotated[int, "the round number"]
     exit_code: Annotated[int | None, "the agent's exit status; null when a signal ended it"]
     signal: Annotated[str | None, "the signal that ended it (SIGKILL, ...)"]
@@ -99,6 +112,8 @@ class RoundSummary:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Backoff:
+    """`backoff`: a back-off not yet over."""
+
     until: Annotated[float, "when the next round may start (epoch seconds)"]
     remaining_s: Annotated[float, "seconds until then"]
     classification: Annotated[str | None, "rate_limit_account, api_transient_5xx, ..."]
@@ -110,6 +125,8 @@ class Backoff:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class SpendCaps:
+    """`budget.caps`: the [budget] caps."""
+
     max_cost_usd_per_day: Annotated[float | None, "budget.max_cost_usd_per_day (null: none)"]
     max_tokens_per_day: Annotated[int | None, "budget.max_tokens_per_day (null: none)"]
     max_rounds_per_hour: Annotated[int | None, "budget.max_rounds_per_hour (null: none)"]
@@ -117,6 +134,8 @@ class SpendCaps:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Spent:
+    """`budget.last_24h`: what the rolling day holds."""
+
     rounds: Annotated[int, "rounds in the window"]
     tokens: Annotated[int, "tokens the CLI reported"]
     cost_usd: Annotated[float, "cost the CLI reported (never computed)"]
@@ -124,11 +143,15 @@ class Spent:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class RoundsSpent:
+    """`budget.last_hour`: what the rolling hour holds."""
+
     rounds: Annotated[int, "rounds in the window"]
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class BudgetWaiting:
+    """`budget.waiting`: the wait serve is in for a cap."""
+
     cap: Annotated[str, "the cap that is reached"]
     used: Annotated[float, "what its window holds"]
     limit: Annotated[float, "the cap"]
@@ -138,6 +161,8 @@ class BudgetWaiting:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Budget:
+    """`budget`: spend caps and what the rolling windows hold."""
+
     caps: Annotated[SpendCaps, "the [budget] caps"]
     last_24h: Annotated[Spent, "the rolling day"]
     last_hour: Annotated[RoundsSpent, "the rolling hour"]
@@ -146,6 +171,8 @@ class Budget:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class NotifyRun:
+    """`notify.last`: the last run of the notify command."""
+
     kind: Annotated[str, "the event kind it was run for"]
     at: Annotated[float | None, "when (epoch seconds)"]
     ok: Annotated[bool, "it exited 0 in time"]
@@ -154,6 +181,8 @@ class NotifyRun:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Notify:
+    """`notify`: the [notify] command and how its runs went."""
+
     command: Annotated[list[str], "[notify] command (empty: off)"]
     on: Annotated[list[str], "[notify] on: the kinds it runs for"]
     sent: Annotated[int, "runs that succeeded, by the last serve"]
@@ -164,6 +193,8 @@ class Notify:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Deferral:
+    """`deferred`: a spawn hook holding the next round back."""
+
     action: Annotated[str, "defer or skip"]
     hook: Annotated[str, "the spawn hook that decided"]
     reason: Annotated[str, "the hook's reason"]
@@ -173,12 +204,16 @@ class Deferral:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Breaker:
+    """One of `breakers`: a streak and where serve gives up."""
+
     count: Annotated[int, "the streak so far"]
     limit: Annotated[int, "serve gives up (exit 69) when count reaches this"]
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class SandboxReport:
+    """`plugins.sandbox`: what the last sandbox probe enforced."""
+
     tier: Annotated[Literal["full", "landlock", "seccomp", "none"], "what confines plugin calls"]
     landlock_abi: Annotated[int, "the kernel's Landlock ABI (0: none)"]
     fs: Annotated[bool, "Landlock filesystem rules enforced"]
@@ -190,6 +225,8 @@ class SandboxReport:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class PluginEntry:
+    """One builtin or discovered plugin, as `plugins list` and peek show it."""
+
     name: Annotated[str, "the entry-point name"]
     kind: Annotated[Literal["builtin", "squatter", "third-party"], "provenance"]
     dist: Annotated[str, "the distribution that declares it"]
@@ -213,6 +250,8 @@ class PluginEntry:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Plugins:
+    """`plugins`: the sandbox and every plugin, as the last serve left them."""
+
     sandbox: Annotated[SandboxReport | None, "the last serve's sandbox probe"]
     sandbox_reason: Annotated[str | None, "why sandbox is null"]
     entries: Annotated[list[PluginEntry], "every builtin and every plugin the last serve saw"]
@@ -220,6 +259,8 @@ class Plugins:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Defense:
+    """One of `defenses`: a guard, its value, and whether it is active."""
+
     name: Annotated[str, "the guard"]
     value: Annotated[Scalar, "its setting"]
     active: Annotated[bool, "whether it protects the next round"]
@@ -248,6 +289,8 @@ class PeekDocument(Document):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Unit:
+    """`systemd`: the installed unit of this project."""
+
     unit: Annotated[str, "the instance, agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
     active: Annotated[str, "systemctl is-active"]
@@ -266,6 +309,8 @@ class StatusDocument(Document):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class HostUnit:
+    """One of a host project's `units`."""
+
     unit: Annotated[str, "agent-runner@<escaped path>.service"]
     scope: Annotated[Literal["user", "system"], "which systemd manager has it"]
     project_dir: Annotated[str, "the folder the unit runs serve in"]
@@ -273,6 +318,8 @@ class HostUnit:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class HostProject:
+    """One of `status --all`'s projects."""
+
     name: Annotated[str, "the log_dir's folder name"]
     log_dir: Annotated[str, "where its serve keeps state.json and events"]
     work_dir: Annotated[str | None, "its work tree, as its last serve or its unit names it"]
@@ -296,6 +343,8 @@ class HostDocument(Document):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class Check:
+    """One of doctor's checks."""
+
     name: Annotated[str, "what was checked"]
     status: Annotated[CheckStatus, "fail makes doctor exit 1 (and serve refuse to boot)"]
     detail: Annotated[str, "what was found; for a boot check's fail, serve's own words"]
@@ -304,6 +353,8 @@ class Check:
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class DoctorSandbox:
+    """doctor's `sandbox`: the probe and the self-test."""
+
     mode: Annotated[Literal["require", "prefer", "off"], "plugins.sandbox"]
     tier: Annotated[str | None, "the tier the probe achieved"]
     landlock_abi: Annotated[int | None, "the kernel's Landlock ABI"]
@@ -351,6 +402,8 @@ class PluginsDocument(Document):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class RescueEntry:
+    """One piece of work serve secured."""
+
     sha: Annotated[str, "the stash or commit serve made"]
     round: Annotated[int, "the round whose work it holds"]
     action: Annotated[Literal["stash", "commit"], "how it was secured"]
