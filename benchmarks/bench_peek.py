@@ -1,5 +1,6 @@
 """`peek --json` with 1,000 and 1,000,000 event lines on disk: medians (target <= 150 ms, and
-the large log no more than 20 % slower than the small one).
+the large log no more than 20 % slower than the small one), with bytecode as installed and,
+for comparison, with agent-runner's modules compiled at each start (bench_cli.py).
 
 The project has really run (a state.json from three rounds of the demo agent); the extra lines
 are appended to its event log, so peek reads what it would read on a long-lived project.
@@ -58,26 +59,37 @@ def median_ms(argv: list[str], *, codes: tuple[int, ...] = (0,)) -> float:
     return statistics.median(samples)
 
 
-def peek_ms(config: Path, runs: int = RUNS) -> tuple[list[float], list[float]]:
-    """Wall and CPU time of `agent-runner peek --json`, in ms, once per run."""
+def peek_ms(
+    config: Path, runs: int = RUNS, *, source: bool = False
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU time of `agent-runner peek --json`, in ms, once per run (`timed_ms`)."""
     argv = [str(CLI), "peek", "--json", "--config", str(config)]
     json.loads(subprocess.run(argv, check=True, capture_output=True).stdout)  # it answers JSON
-    return timed_ms(argv, runs)
+    return timed_ms(argv, runs, source=source)
 
 
-def peek_with_lines(lines: int, runs: int = RUNS) -> tuple[list[float], list[float]]:
-    """`peek_ms` on a project that ran, its event log grown to `lines` more events."""
+def peek_with_lines(
+    lines: int, runs: int = RUNS, *, sources: tuple[bool, ...] = (False,)
+) -> list[tuple[list[float], list[float]]]:
+    """`peek_ms` on a project that ran, its event log grown to `lines` more events: once per
+    item of `sources` (with bytecode, or compiled at each start)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = served_project(Path(tmp))
         add_lines(Path(tmp) / "logs", lines)
-        return peek_ms(config, runs)
+        return [peek_ms(config, runs, source=source) for source in sources]
 
 
 if __name__ == "__main__":
     results = {}
     for lines in (1_000, 1_000_000):
-        results[lines] = statistics.median(peek_with_lines(lines)[0])
-        print(
-            f"peek --json with {lines:>9,} event lines: median {results[lines]:.1f} ms over {RUNS} runs"
-        )
-    print(f"ratio large/small: {results[1_000_000] / results[1_000]:.2f}")
+        timed = peek_with_lines(lines, sources=(False, True))
+        for (walls, cpus), how in zip(
+            timed, ("with bytecode", "compiled at each start"), strict=True
+        ):
+            median, cpu = statistics.median(walls), statistics.median(cpus)
+            print(
+                f"peek --json with {lines:>9,} event lines, {how}: median {median:.1f} ms"
+                f" ({cpu:.1f} ms CPU) over {RUNS} runs"
+            )
+        results[lines] = statistics.median(timed[0][0])
+    print(f"ratio large/small (with bytecode): {results[1_000_000] / results[1_000]:.2f}")
