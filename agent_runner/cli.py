@@ -5,7 +5,6 @@ Subcommands import their modules lazily so `--help` and `--version` stay fast.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -49,6 +48,8 @@ def load(config_path: Path | None) -> Config:
 
 def print_json(document: Document) -> None:
     """A command's --json document (docs/json.md), keys in schema order."""
+    import json
+
     from agent_runner.observe.contracts import to_json
 
     click.echo(json.dumps(to_json(document), indent=2, ensure_ascii=False, default=str))
@@ -124,6 +125,8 @@ def peek(as_json: bool, select: str | None, event_count: int, config_path: Path 
 
     doc = snapshot(load(config_path), events=event_count)
     if select:
+        import json
+
         value = select_path(to_json(doc), select)
         click.echo(
             json.dumps(value, ensure_ascii=False)

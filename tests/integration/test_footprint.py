@@ -107,7 +107,7 @@ def test_peek_and_status_json_and_help_import_no_heavy_module(project: Project) 
     assert imported(peek, (*HEAVY, *SPAWNING)) == []
     assert imported(status, (*HEAVY, "agent_runner.supervisor.process", "socket")) == []
     assert "agent_runner.cli" in helped
-    commands = ("agent_runner.config", "agent_runner.observe", "agent_runner.supervisor")
+    commands = ("agent_runner.config", "agent_runner.observe", "agent_runner.supervisor", "json")
     assert imported(helped, (*HEAVY, *SPAWNING, *commands)) == []
 
 
