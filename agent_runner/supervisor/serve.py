@@ -39,6 +39,7 @@ from agent_runner.supervisor.process import AgentProcess, transcript_path
 from agent_runner.supervisor.reload import ConfigWatcher
 from agent_runner.supervisor.round import RoundResult, RoundRunner
 from agent_runner.supervisor.state import (
+    encode_state,
     loop_from_state,
     recent_summaries,
     recover_ledger,
@@ -145,6 +146,9 @@ class Serve:
     _next_watchdog: float = 0.0
     _stopping_sent: bool = False
     _state_error: str | None = None
+    # The round that ended is not in state.json yet (see _decide); the next write carries it.
+    _round_end_unsaved: bool = False
+    _saved: str | None = None  # the last state written, but for updated_at
     _pruned_upto: int = 0  # transcripts up to this round are gone; 0: scan the folder once
 
     def run(self) -> ExitCode:
@@ -257,7 +261,7 @@ class Serve:
             if self._max_rounds_reached():
                 return self._finish("max_rounds", ExitCode.OK)
             if decision.action == "continue" and decision.delay_s > 0:
-                self._save("restart_delay", delay_s=decision.delay_s)
+                self._save("restart_delay", delay_s=decision.delay_s)  # with the round's end
                 self.notifier.status(f"round {self.last_round} done; next in {decision.delay_s:g}s")
                 self._sleep(decision.delay_s)
 
@@ -294,6 +298,8 @@ class Serve:
 
     def _spawn_deferred(self, gate: SpawnGate) -> bool:
         """Ask the spawn hooks; True when one deferred or skipped the round (after its wait)."""
+        if self.hooks is not None and self.hooks.has("spawn"):
+            self._save_round_end()  # a hook may take hook_timeout_s to answer
         wait = gate.ask(self.config, self.last_round + 1, self.last_summary)
         if wait is None:
             return False
@@ -537,8 +543,17 @@ class Serve:
             self.events.emit(
                 "backoff_recovered", round=result.number, classification=decision.recovered
             )
-        self._save("between_rounds")
+        # Not written here: the next write carries the round's end, and when the next round
+        # starts at once that is its record before exec, one fsync'd write instead of two.
+        # Until then a SIGKILL loses this round's outcome, as one during its git always did;
+        # what runs in between never waits (each wait, and every way out, writes it first).
+        self._round_end_unsaved = True
         return decision
+
+    def _save_round_end(self) -> None:
+        """Write the round that ended, unless a later write already carried it."""
+        if self._round_end_unsaved:
+            self._save("between_rounds")
 
     def _limits(self) -> Limits:
         return Limits(
@@ -558,6 +573,7 @@ class Serve:
         return self._finish(f"gave up: {decision.breaker}", ExitCode.GAVE_UP)
 
     def _finish(self, reason: str, code: ExitCode) -> ExitCode:
+        self._save_round_end()  # before the drain below, which can take seconds
         if self.lost is not None:
             reason, code = f"log_dir lost: {self.lost}", ExitCode.FAILURE
         self.stop.announce()
@@ -572,6 +588,7 @@ class Serve:
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep, pinging the watchdog; False when a stop interrupted it."""
+        self._save_round_end()
         deadline = self.clock.monotonic() + seconds
         interval = self.notifier.watchdog_interval_s
         while True:
@@ -617,8 +634,9 @@ class Serve:
     def _save(self, phase: str, **extra: Any) -> None:
         if not self._state or self._check_log_dir():
             return  # nothing known yet that a state file could hold, or log_dir is not ours
+        self._round_end_unsaved = False
         self._state["supervisor"]["phase"] = phase
-        self._state["supervisor"]["updated_at"] = self.clock.now()
+        self._state["supervisor"].pop("updated_at", None)
         self._state["round"] = extra.pop("round", None) if phase == "running" else None
         self._state["phase_detail"] = extra
         self._state["last_round_number"] = self.last_round
@@ -636,14 +654,21 @@ class Serve:
         self._state["reaping"] = self.reaping
         self._state["stop"] = self._pending_stop()
         self._watchdog()
+        # A wait that wakes to find nothing changed (a missing prompt, every 2 s) writes nothing.
+        unchanged = encode_state(self._state)
+        if unchanged == self._saved:
+            return
+        self._state["supervisor"]["updated_at"] = self.clock.now()
         try:
             write_state(self.config.runtime.log_dir, self._state)
         except OSError as exc:
+            self._saved = None
             # A full disk must not stop supervision; the next transition tries again.
             if str(exc) != self._state_error:
                 self._state_error = str(exc)
                 self.events.emit("state_write_failed", reason=str(exc))
         else:
+            self._saved = unchanged
             self._state_error = None
 
     def _check_log_dir(self) -> bool:

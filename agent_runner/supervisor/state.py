@@ -59,11 +59,15 @@ def write_state(log_dir: Path, state: dict[str, Any]) -> None:
     An OSError names state.json, not the temporary file: each try has a new one, and the
     same refusal must read the same every time (serve reports each distinct one once).
     """
-    data = json.dumps(state, separators=(",", ":"), sort_keys=True, default=str).encode()
     try:
-        write_atomic(log_dir / STATE_NAME, data)
+        write_atomic(log_dir / STATE_NAME, encode_state(state).encode())
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(log_dir / STATE_NAME)) from None
+
+
+def encode_state(state: dict[str, Any]) -> str:
+    """state.json's text for `state`: the same state always gives the same text."""
+    return json.dumps(state, separators=(",", ":"), sort_keys=True, default=str)
 
 
 def read_state(log_dir: Path) -> dict[str, Any]:

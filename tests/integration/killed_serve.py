@@ -31,6 +31,18 @@ def arm(step: str, record: Path) -> None:
         serve_module.Serve._on_spawn = lambda _self, _n, agent, _cg, _abi: die(agent.pid)  # type: ignore[method-assign]
     elif step == "recorded_not_released":
         gate.GatedChild.start = lambda child, *_a, **_k: die(child.pid)  # type: ignore[method-assign]
+    elif step == "next_recorded_not_released":
+        # Round 2: one write has ended round 1 and recorded this agent; it is not released.
+        real_start = gate.GatedChild.start
+        started: list[int] = []
+
+        def start(child: gate.GatedChild, *args: Any, **kwargs: Any) -> Any:
+            started.append(child.pid)
+            if len(started) == 2:
+                die(child.pid)
+            return real_start(child, *args, **kwargs)
+
+        gate.GatedChild.start = start  # type: ignore[method-assign]
     elif step == "during_state_write":
         real = os.replace
 

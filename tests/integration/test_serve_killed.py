@@ -11,6 +11,7 @@ landing then would.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -370,3 +371,53 @@ def _root_may_create_cgroups() -> bool:
     except CgroupUnavailable:
         return False
     return os.geteuid() == 0
+
+
+@pytest.mark.parametrize("round_cgroup", ["auto", "off"])
+def test_serve_killed_after_the_one_write_that_ends_a_round_and_records_the_next_agent(
+    tmp_path: Path, isolated_git: None, round_cgroup: str
+) -> None:
+    """Between two rounds one write carries both the round that ended and the next agent's
+    record (restart_delay_s = 0). Killed after it, before the exec: the next agent never runs
+    and its record is there for the successor, and so is the ended round: counted, it trips
+    the crash-loop breaker one round later, as if serve had never died."""
+    work_dir, log_dir = tmp_path / "work", tmp_path / "logs"
+    init_work_tree(work_dir)
+    ran = tmp_path / "ran"
+    config = work_dir / "agent-runner.toml"
+    document = {
+        "schema_version": 1,
+        "agent": {"command": ["sh", "-c", f"echo x >> {ran}; exit 1"], "parser": "none"},
+        "runtime": {"log_dir": str(log_dir), "restart_delay_s": 0, "round_cgroup": round_cgroup},
+        "breakers": {"crash_loop_rounds": 2},
+    }
+    config.write_text(tomli_w.dumps(document))
+    record = tmp_path / "held"
+    first = subprocess.run(
+        [sys.executable, str(HARNESS), "next_recorded_not_released", str(record), str(config)],
+        cwd=REPO,
+        capture_output=True,
+        timeout=WAIT_S,
+    )
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    held = int(record.read_text())
+    state = json.loads((log_dir / "state.json").read_text())
+    assert (state["supervisor"]["phase"], state["round"]["number"]) == ("running", 2)
+    assert state["round"]["pid"] == held
+    assert (state["last_round"]["round"], state["last_round"]["exit_cause"]) == (1, "error")
+    assert state["loop"]["crash_streak"] == 1, "round 1 was written with round 2's record"
+    wait_until(lambda: gone(held), "the agent held at its gate to exit")
+    assert ran.read_text() == "x\n", "round 2's program never ran"
+
+    second = subprocess.run(
+        [sys.executable, "-m", "agent_runner", "serve", "--config", str(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert second.returncode == 69, second.stderr
+    events = list(iter_events(log_dir))
+    assert [e["count"] for e in events if e["event"] == "crash_loop"] == [2]
+    assert [e["round"] for e in events if e["event"] == "round_start"] == [1, 2, 3]
+    assert ran.read_text() == "x\nx\n"
