@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import fields, replace
 
 from agent_runner.config import Config, load_config
@@ -19,6 +21,9 @@ RESTART_ONLY = (
     "agent.confine",
     "agent.writable",
 )
+# A file changed within this long of being read is read again next time: a second change
+# inside the timestamps' granularity could leave its size, times and inode as they were.
+RECENT_S = 1.0
 SECTIONS = (
     *("agent", "prompt", "runtime", "breakers", "backoff", "vcs", "budget", "notify"),
     "plugins",
@@ -44,14 +49,16 @@ class ConfigWatcher:
         self.running = config
         self.seen = config
         self.emit = emit
+        # The file as it was when last parsed (device, inode, size, times), and its config.
+        self._parsed: tuple[tuple[int, ...], Config] | None = None
         # The last error reported per source, so each distinct one is reported once.
         self.reported: dict[str, str | None] = {"config": None, "prompt": None}
 
     def refresh(self) -> Config:
         """The config for the next round."""
         try:
-            fresh = load_config(self.running.path)
-            require(fresh, RELOAD_CHECKS)
+            fresh = self._load()
+            require(fresh, RELOAD_CHECKS)  # also what changes outside the file (PATH)
         except ConfigError as exc:
             self.report_failure("config", str(exc))
             return self.running
@@ -73,6 +80,24 @@ class ConfigWatcher:
         if deferred:
             self.emit("config_reload_deferred", changed=deferred)
         return self.running
+
+    def _load(self) -> Config:
+        """The file's config, parsed again only when the file may have changed since."""
+        try:
+            info = os.stat(self.running.path)  # before reading: a change after it is seen
+        except OSError:
+            info = None  # load_config says why
+        file = None
+        # The kernel's clock, not serve's: it is what stamped the file.
+        if info is not None and time.time() - info.st_ctime > RECENT_S:
+            file = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        if file is not None and self._parsed is not None and self._parsed[0] == file:
+            return self._parsed[1]
+        self._parsed = None
+        fresh = load_config(self.running.path)
+        if file is not None:
+            self._parsed = (file, fresh)
+        return fresh
 
     def report_failure(self, source: str, reason: str) -> None:
         """`config_reload_failed` once per distinct error of `source`, not once per round."""

@@ -3,9 +3,15 @@ config must not widen its own confinement from the next round on."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from agent_runner.config import load_config
+import pytest
+
+from agent_runner.config import Config, load_config
+from agent_runner.supervisor import reload
 from agent_runner.supervisor.reload import ConfigWatcher
 from tests.fakes import RecordedEvents
 
@@ -32,3 +38,78 @@ def test_confine_and_writable_edits_are_deferred_and_the_rest_applies(tmp_path: 
     (deferred,) = events.of("config_reload_deferred")
     assert deferred["changed"] == ["agent.confine", "agent.writable"]
     assert events.of("config_reloaded")[0]["changed"] == ["agent.sigterm_grace_s"]
+
+
+def counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every path the watcher parses, in order."""
+    parsed: list[Path] = []
+
+    def load(path: Path) -> Config:
+        parsed.append(path)
+        return load_config(path)
+
+    monkeypatch.setattr(reload, "load_config", load)
+    return parsed
+
+
+def test_a_config_file_not_changed_since_it_was_parsed_is_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "main.md").write_text("go\n")
+    path = tmp_path / "agent-runner.toml"
+    write(path, "sigterm_grace_s = 2\n")
+    watcher = ConfigWatcher(load_config(path), RecordedEvents())
+    parsed = counting_loads(monkeypatch)
+    later = time.time() + 2 * reload.RECENT_S
+    # The file is old by now.
+    monkeypatch.setattr(reload, "time", SimpleNamespace(time=lambda: later))
+    for _ in range(3):
+        assert watcher.refresh().agent.sigterm_grace_s == 2
+    assert parsed == [path]
+    # Rewritten in place, as long as before, its modification time put back: the change
+    # time still moves (with a tick between the writes), and the new value applies.
+    before = path.stat()
+    time.sleep(0.05)
+    write(path, "sigterm_grace_s = 3\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert watcher.refresh().agent.sigterm_grace_s == 3
+    assert parsed == [path, path]
+    # Replaced by a rename, as editors save: another inode.
+    (tmp_path / "new.toml").write_text(path.read_text().replace("= 3", "= 4"))
+    os.replace(tmp_path / "new.toml", path)
+    assert watcher.refresh().agent.sigterm_grace_s == 4
+
+
+def test_a_config_file_changed_in_the_last_second_is_parsed_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second change inside one tick of the file's clock could keep size, times and inode."""
+    (tmp_path / "main.md").write_text("go\n")
+    path = tmp_path / "agent-runner.toml"
+    write(path, "sigterm_grace_s = 2\n")
+    watcher = ConfigWatcher(load_config(path), RecordedEvents())
+    parsed = counting_loads(monkeypatch)
+    watcher.refresh()
+    watcher.refresh()
+    assert parsed == [path, path]
+
+
+def test_a_config_that_parses_but_fails_its_checks_is_checked_again_each_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not parsing an unchanged file must not skip the checks: the fix may be outside it."""
+    (tmp_path / "main.md").write_text("go\n")
+    path = tmp_path / "agent-runner.toml"
+    write(path, "")
+    events = RecordedEvents()
+    watcher = ConfigWatcher(load_config(path), events)
+    path.write_text(path.read_text().replace('["true"]', '["./agent.sh"]'))
+    later = time.time() + 2 * reload.RECENT_S
+    monkeypatch.setattr(reload, "time", SimpleNamespace(time=lambda: later))
+    assert watcher.refresh().agent.command == ("true",)
+    assert len(events.of("config_reload_failed")) == 1
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    assert watcher.refresh().agent.command == ("./agent.sh",)
