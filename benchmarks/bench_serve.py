@@ -27,8 +27,11 @@ AGENT_S = 0.2
 STOP_RUNS = 5
 
 
-def project(root: Path, command: list[str], git: bool, **runtime: object) -> Path:
-    """A throwaway project; `runtime` keys override (e.g. round_cgroup="off")."""
+def project(
+    root: Path, command: list[str], git: bool, env: dict[str, str] | None = None, **runtime: object
+) -> Path:
+    """A throwaway project; `runtime` keys override (e.g. round_cgroup="off"); `env` is the
+    agent's `[agent] env`."""
     work = root / "work"
     (work / "prompts").mkdir(parents=True)
     (work / "prompts" / "main.md").write_text("go\n")
@@ -48,7 +51,7 @@ def project(root: Path, command: list[str], git: bool, **runtime: object) -> Pat
         tomli_w.dumps(
             {
                 "schema_version": 1,
-                "agent": {"command": command, "parser": "claude"},
+                "agent": {"command": command, "parser": "claude", "env": env or {}},
                 "runtime": {"log_dir": str(root / "logs"), "restart_delay_s": 0, **runtime},
                 "breakers": {"stalled_rounds": 10_000},
             }
@@ -83,10 +86,20 @@ def restart_gaps(
     a cgroup per round was asked for and not had."""
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps"
-        # The agent's only work: one timestamp at start and one just before it exits.
+        # The agent's only work: one timestamp as it starts and one as it exits, taken by
+        # the shell itself ($EPOCHREALTIME, no `date` to start), so that the gap holds as
+        # little of the agent's own start and exit as a shell can.
         pause = f"sleep {agent_s}; " if agent_s else ""
-        script = f"date +%s.%N >> {stamps}.start; {pause}date +%s.%N >> {stamps}.end"
-        config = project(Path(tmp), ["sh", "-c", script], git, round_cgroup=round_cgroup)
+        script = (
+            f"echo $EPOCHREALTIME >> {stamps}.start; {pause}echo $EPOCHREALTIME >> {stamps}.end"
+        )
+        config = project(
+            Path(tmp),
+            ["bash", "--norc", "--noprofile", "-c", script],
+            git,
+            env={"LC_ALL": "C"},  # $EPOCHREALTIME's decimal point is the locale's
+            round_cgroup=round_cgroup,
+        )
         proc = serve(config, "--max-rounds", str(rounds))
         proc.wait()
         # Read after the run: the events say whether it had a cgroup per round.
