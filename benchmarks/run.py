@@ -1,6 +1,7 @@
 """Every figure the benchmarks measure, in one table: median, min and max beside the targets.
 
-Usage: python benchmarks/run.py [--cpu-round-s 60] [--quick]   (what `make bench` runs)
+Usage: python benchmarks/run.py [--cpu-round-s 60] [--quick] [--only restart,cpu,...]
+(`make bench` runs them all)
 Asserts nothing and exits 0 whatever the figures; progress goes to stderr, the table to
 stdout. Targets marked §11 are SPEC §11's; the others are this project's own. Takes a few
 minutes: one serve waits out a 60 s round for the CPU figure.
@@ -312,24 +313,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cpu-round-s", type=float, default=60.0, help="the waiting round")
     parser.add_argument("--quick", action="store_true", help="fewer samples, a 20 s round")
+    measures: dict[str, Callable[[], list[Figure]]] = {
+        "cli": lambda: cli_figures(args.quick),
+        "restart": lambda: restart_figures(args.quick),
+        "trampoline": lambda: trampoline_figures(args.quick),
+        "plugin-boot": lambda: plugin_boot_figures(args.quick),
+        "plugin-round": lambda: plugin_round_figures(args.quick),
+        "memory": lambda: memory_figures(args.quick),
+        "peek": lambda: peek_figures(args.quick),
+        "status-all": lambda: status_all_figures(args.quick),
+        "budget": lambda: budget_figures(args.quick),
+        "transcripts": lambda: transcript_figures(args.quick),
+        "cpu": lambda: cpu_figures(round_s),
+    }
+    parser.add_argument(
+        "--only", default=",".join(measures), help=f"some of: {', '.join(measures)}"
+    )
     args = parser.parse_args()
+    chosen = args.only.split(",")
+    unknown = [name for name in chosen if name not in measures]
+    if unknown:
+        parser.error(f"--only: no measurement named {unknown[0]!r}")
     round_s = 20.0 if args.quick and args.cpu_round_s == 60.0 else args.cpu_round_s
     started = time.monotonic()
     figures: list[Figure] = []
     failed = []
-    for measure in (
-        lambda: cli_figures(args.quick),
-        lambda: restart_figures(args.quick),
-        lambda: trampoline_figures(args.quick),
-        lambda: plugin_boot_figures(args.quick),
-        lambda: plugin_round_figures(args.quick),
-        lambda: memory_figures(args.quick),
-        lambda: peek_figures(args.quick),
-        lambda: status_all_figures(args.quick),
-        lambda: budget_figures(args.quick),
-        lambda: transcript_figures(args.quick),
-        lambda: cpu_figures(round_s),
-    ):
+    for measure in (measures[name] for name in chosen):
         try:
             figures += measure()
         except Exception as exc:  # one broken measurement must not cost the others
