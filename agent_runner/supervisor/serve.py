@@ -543,6 +543,11 @@ class Serve:
             self.events.emit(
                 "backoff_recovered", round=result.number, classification=decision.recovered
             )
+        if (self._state.get("round") or {}).get("number") != result.number:
+            # Its agent never started, nor may the next ones (a program gone missing): each
+            # such round is written at once, or a run of them would be until the breaker.
+            self._save("between_rounds")
+            return decision
         # Not written here: the next write carries the round's end, and when the next round
         # starts at once that is its record before exec, one fsync'd write instead of two.
         # Until then a SIGKILL loses this round's outcome, as one during its git always did;

@@ -7,6 +7,7 @@ real SIGKILL: everything the kernel does when serve dies happens exactly as from
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -54,6 +55,30 @@ def arm(step: str, record: Path) -> None:
             real(src, dst)
 
         os.replace = replace  # type: ignore[assignment]
+    elif step == "children_fail_after_round_1":
+        # Round 1's child starts; no other does (fork fails), and serve dies as round 3 begins.
+        from agent_runner.supervisor import round as round_module
+
+        real_spawn = gate.GatedChild.spawn
+        spawned: list[int] = []
+
+        def spawn(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            spawned.append(1)
+            if len(spawned) > 1:
+                raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+            return real_spawn(*args, **kwargs)
+
+        gate.GatedChild.spawn = classmethod(spawn)  # type: ignore[assignment, method-assign]
+        real_run = round_module.RoundRunner.run
+        runs: list[int] = []
+
+        def run(runner: Any, number: int, *args: Any) -> Any:
+            runs.append(number)
+            if len(runs) == 3:
+                die()
+            return real_run(runner, number, *args)
+
+        round_module.RoundRunner.run = run  # type: ignore[method-assign]
     elif step != "none":
         raise SystemExit(f"unknown step {step!r}")
 

@@ -421,3 +421,35 @@ def test_serve_killed_after_the_one_write_that_ends_a_round_and_records_the_next
     assert [e["count"] for e in events if e["event"] == "crash_loop"] == [2]
     assert [e["round"] for e in events if e["event"] == "round_start"] == [1, 2, 3]
     assert ran.read_text() == "x\nx\n"
+
+
+def test_rounds_whose_agent_never_started_are_each_in_the_state_before_the_next(
+    tmp_path: Path, isolated_git: None
+) -> None:
+    """A round whose agent could not even be started (fork failed) is followed by no agent's
+    record either: its end is written at once, so a SIGKILL during a run of such rounds
+    loses none of them to the breakers."""
+    work_dir, log_dir = tmp_path / "work", tmp_path / "logs"
+    init_work_tree(work_dir)
+    config = work_dir / "agent-runner.toml"
+    document = {
+        "schema_version": 1,
+        "agent": {"command": ["sh", "-c", "exit 1"], "parser": "none"},
+        "runtime": {"log_dir": str(log_dir), "restart_delay_s": 0},
+    }
+    config.write_text(tomli_w.dumps(document))
+    step = "children_fail_after_round_1"
+    killed = subprocess.run(
+        [sys.executable, str(HARNESS), step, str(tmp_path / "unused"), str(config)],
+        cwd=REPO,
+        capture_output=True,
+        timeout=WAIT_S,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    events = list(iter_events(log_dir))
+    assert [e["round"] for e in events if e["event"] == "agent_spawn"] == [1]
+    assert [e["round"] for e in events if e["event"] == "agent_spawn_failed"] == [2]
+    state = json.loads((log_dir / "state.json").read_text())
+    assert state["supervisor"]["phase"] == "between_rounds"
+    assert (state["last_round"] or {}).get("round") == 2, "round 2's end was written"
+    assert state["loop"]["crash_streak"] == 2, "both failed rounds are counted"
