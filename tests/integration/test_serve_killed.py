@@ -373,83 +373,100 @@ def _root_may_create_cgroups() -> bool:
     return os.geteuid() == 0
 
 
-@pytest.mark.parametrize("round_cgroup", ["auto", "off"])
+@dataclass
+class Killable:
+    """A project for the kill tests below, in one mode: its root, config and log_dir, and
+    how to run a script or module as the project's user."""
+
+    root: Path
+    config: Path
+    log_dir: Path
+    uid: int | None
+
+    def run(self, target: str, *args: str) -> subprocess.CompletedProcess[str]:
+        if self.uid is not None:
+            argv = command(target, *args, uid=self.uid)
+        else:
+            argv = [sys.executable, *([target] if target.endswith(".py") else ["-m", target])]
+            argv += args
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=WAIT_S)
+
+
+@contextlib.contextmanager
+def killable(tmp_path: Path, mode: str, script: str, **breakers: int) -> Iterator[Killable]:
+    """`sh -c script` as the agent, restart_delay_s = 0, in `mode` (cgroup: root with a cgroup
+    per round; fallback: root without; unprivileged: an unused uid); $ROOT is the root."""
+    with contextlib.ExitStack() as stack:
+        uid = UNUSED_UID if mode == "unprivileged" else None
+        root = tmp_path if uid is None else stack.enter_context(owned_dir(uid))
+        work_dir, log_dir = root / "work", root / "logs"
+        init_work_tree(work_dir)
+        config = work_dir / "agent-runner.toml"
+        document = {
+            "schema_version": 1,
+            "agent": {
+                "command": ["sh", "-c", script.replace("$ROOT", str(root))],
+                "parser": "none",
+            },
+            "runtime": {
+                "log_dir": str(log_dir),
+                "restart_delay_s": 0,
+                "round_cgroup": "off" if mode == "fallback" else "auto",
+            },
+            "breakers": breakers,
+        }
+        config.write_text(tomli_w.dumps(document))
+        if uid is not None:
+            chown_tree(root, uid)
+        yield Killable(root, config, log_dir, uid)
+
+
+@pytest.mark.parametrize("mode", ["cgroup", "fallback", "unprivileged"])
 def test_serve_killed_after_the_one_write_that_ends_a_round_and_records_the_next_agent(
-    tmp_path: Path, isolated_git: None, round_cgroup: str
+    tmp_path: Path, isolated_git: None, mode: str
 ) -> None:
     """Between two rounds one write carries both the round that ended and the next agent's
     record (restart_delay_s = 0). Killed after it, before the exec: the next agent never runs
     and its record is there for the successor, and so is the ended round: counted, it trips
     the crash-loop breaker one round later, as if serve had never died."""
-    work_dir, log_dir = tmp_path / "work", tmp_path / "logs"
-    init_work_tree(work_dir)
-    ran = tmp_path / "ran"
-    config = work_dir / "agent-runner.toml"
-    document = {
-        "schema_version": 1,
-        "agent": {"command": ["sh", "-c", f"echo x >> {ran}; exit 1"], "parser": "none"},
-        "runtime": {"log_dir": str(log_dir), "restart_delay_s": 0, "round_cgroup": round_cgroup},
-        "breakers": {"crash_loop_rounds": 2},
-    }
-    config.write_text(tomli_w.dumps(document))
-    record = tmp_path / "held"
-    first = subprocess.run(
-        [sys.executable, str(HARNESS), "next_recorded_not_released", str(record), str(config)],
-        cwd=REPO,
-        capture_output=True,
-        timeout=WAIT_S,
-    )
-    assert first.returncode == -signal.SIGKILL, first.stderr
-    held = int(record.read_text())
-    state = json.loads((log_dir / "state.json").read_text())
-    assert (state["supervisor"]["phase"], state["round"]["number"]) == ("running", 2)
-    assert state["round"]["pid"] == held
-    assert (state["last_round"]["round"], state["last_round"]["exit_cause"]) == (1, "error")
-    assert state["loop"]["crash_streak"] == 1, "round 1 was written with round 2's record"
-    wait_until(lambda: gone(held), "the agent held at its gate to exit")
-    assert ran.read_text() == "x\n", "round 2's program never ran"
+    with killable(tmp_path, mode, "echo x >> $ROOT/ran; exit 1", crash_loop_rounds=2) as scene:
+        held_file, ran = scene.root / "held", scene.root / "ran"
+        first = scene.run(
+            str(HARNESS), "next_recorded_not_released", str(held_file), str(scene.config)
+        )
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        held = int(held_file.read_text())
+        state = json.loads((scene.log_dir / "state.json").read_text())
+        assert (state["supervisor"]["phase"], state["round"]["number"]) == ("running", 2)
+        assert state["round"]["pid"] == held
+        assert (state["last_round"]["round"], state["last_round"]["exit_cause"]) == (1, "error")
+        assert state["loop"]["crash_streak"] == 1, "round 1 was written with round 2's record"
+        wait_until(lambda: gone(held), "the agent held at its gate to exit")
+        assert ran.read_text() == "x\n", "round 2's program never ran"
 
-    second = subprocess.run(
-        [sys.executable, "-m", "agent_runner", "serve", "--config", str(config)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-    )
-    assert second.returncode == 69, second.stderr
-    events = list(iter_events(log_dir))
-    assert [e["count"] for e in events if e["event"] == "crash_loop"] == [2]
-    assert [e["round"] for e in events if e["event"] == "round_start"] == [1, 2, 3]
-    assert ran.read_text() == "x\nx\n"
+        second = scene.run("agent_runner", "serve", "--config", str(scene.config))
+        assert second.returncode == 69, second.stderr
+        events = list(iter_events(scene.log_dir))
+        assert [e["count"] for e in events if e["event"] == "crash_loop"] == [2]
+        assert [e["round"] for e in events if e["event"] == "round_start"] == [1, 2, 3]
+        assert ran.read_text() == "x\nx\n"
 
 
+@pytest.mark.parametrize("mode", ["fallback", "unprivileged"])
 def test_rounds_whose_agent_never_started_are_each_in_the_state_before_the_next(
-    tmp_path: Path, isolated_git: None
+    tmp_path: Path, isolated_git: None, mode: str
 ) -> None:
     """A round whose agent could not even be started (fork failed) is followed by no agent's
     record either: its end is written at once, so a SIGKILL during a run of such rounds
     loses none of them to the breakers."""
-    work_dir, log_dir = tmp_path / "work", tmp_path / "logs"
-    init_work_tree(work_dir)
-    config = work_dir / "agent-runner.toml"
-    document = {
-        "schema_version": 1,
-        "agent": {"command": ["sh", "-c", "exit 1"], "parser": "none"},
-        "runtime": {"log_dir": str(log_dir), "restart_delay_s": 0},
-    }
-    config.write_text(tomli_w.dumps(document))
-    step = "children_fail_after_round_1"
-    killed = subprocess.run(
-        [sys.executable, str(HARNESS), step, str(tmp_path / "unused"), str(config)],
-        cwd=REPO,
-        capture_output=True,
-        timeout=WAIT_S,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    events = list(iter_events(log_dir))
-    assert [e["round"] for e in events if e["event"] == "agent_spawn"] == [1]
-    assert [e["round"] for e in events if e["event"] == "agent_spawn_failed"] == [2]
-    state = json.loads((log_dir / "state.json").read_text())
-    assert state["supervisor"]["phase"] == "between_rounds"
-    assert (state["last_round"] or {}).get("round") == 2, "round 2's end was written"
-    assert state["loop"]["crash_streak"] == 2, "both failed rounds are counted"
+    with killable(tmp_path, mode, "exit 1") as scene:
+        unused = str(scene.root / "unused")
+        killed = scene.run(str(HARNESS), "children_fail_after_round_1", unused, str(scene.config))
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        events = list(iter_events(scene.log_dir))
+        assert [e["round"] for e in events if e["event"] == "agent_spawn"] == [1]
+        assert [e["round"] for e in events if e["event"] == "agent_spawn_failed"] == [2]
+        state = json.loads((scene.log_dir / "state.json").read_text())
+        assert state["supervisor"]["phase"] == "between_rounds"
+        assert (state["last_round"] or {}).get("round") == 2, "round 2's end was written"
+        assert state["loop"]["crash_streak"] == 2, "both failed rounds are counted"
