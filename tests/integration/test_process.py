@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -323,32 +323,25 @@ def test_stdout_and_stderr_are_appended_to_a_private_transcript(tmp_path: Path) 
     assert transcript_path(fresh, 1).stat().st_mode & 0o777 == 0o600
 
 
-def test_symlinked_transcript_is_refused_and_nothing_starts(tmp_path: Path) -> None:
-    target = tmp_path / "target"
-    target.write_text("precious\n")
-    link = tmp_path / "round-000001.log"
-    link.symlink_to(target)
-    before = own_children()
-    with pytest.raises(SpawnError, match="symlink"):
-        AgentProcess.spawn(
-            agent("exits_with.py", "0"),
-            cwd=tmp_path,
-            env=os.environ,
-            stdin_data=None,
-            transcript=link,
-        )
-    assert target.read_text() == "precious\n"
-    assert own_children() == before
+def _hard_link(link: Path, target: Path) -> None:
+    os.link(target, link)
 
 
-def test_hard_linked_transcript_is_refused_and_the_other_file_untouched(tmp_path: Path) -> None:
-    # Appending to the transcript would write into the file the link shares an inode with.
+@pytest.mark.parametrize(
+    ("plant", "refusal"),
+    [(Path.symlink_to, "it is a symlink"), (_hard_link, "it has 2 hard links")],
+    ids=["symlink", "hard link"],
+)
+def test_a_transcript_that_names_another_file_is_refused_and_nothing_starts(
+    tmp_path: Path, plant: Callable[[Path, Path], None], refusal: str
+) -> None:
+    # Appending to the transcript would write into the file it points to or shares an inode with.
     target = tmp_path / "operator.conf"
     target.write_text("precious\n")
     link = tmp_path / "round-000001.log"
-    os.link(target, link)
+    plant(link, target)
     before = own_children()
-    with pytest.raises(SpawnError, match=r"round-000001\.log: it has 2 hard links"):
+    with pytest.raises(SpawnError, match=rf"round-000001\.log: {refusal}"):
         AgentProcess.spawn(
             agent("exits_with.py", "0"),
             cwd=tmp_path,
