@@ -92,28 +92,38 @@ class Scene:
         return [e["event"] for e in iter_events(self.log_dir)]
 
 
-def make_scene(root: Path, *, uid: int | None, round_cgroup: str, agent_args: list[str]) -> Scene:
+def write_project(
+    root: Path,
+    uid: int | None,
+    agent: dict[str, Any],
+    runtime: dict[str, Any],
+    breakers: dict[str, int],
+) -> tuple[Path, Path, Path]:
+    """A work tree and its config beneath `root` (owned by `uid`): work_dir, log_dir, config."""
     work_dir, log_dir = root / "work", root / "logs"
     init_work_tree(work_dir)
     config = work_dir / "agent-runner.toml"
     document = {
         "schema_version": 1,
-        "agent": {
-            "command": [sys.executable, str(AGENTS / "escapes.py"), str(root), *agent_args],
-            "parser": "none",
-            "sigterm_grace_s": 0.5,
-        },
-        "runtime": {
-            "log_dir": str(log_dir),
-            "restart_delay_s": 0,
-            "round_budget_s": 600,
-            "round_cgroup": round_cgroup,
-        },
-        "breakers": {"stalled_rounds": 100},
+        "agent": {"parser": "none", **agent},
+        "runtime": {"log_dir": str(log_dir), "restart_delay_s": 0, **runtime},
+        "breakers": breakers,
     }
     config.write_text(tomli_w.dumps(document))
     if uid is not None:
         chown_tree(root, uid)
+    return work_dir, log_dir, config
+
+
+def make_scene(root: Path, *, uid: int | None, round_cgroup: str, agent_args: list[str]) -> Scene:
+    command = [sys.executable, str(AGENTS / "escapes.py"), str(root), *agent_args]
+    work_dir, log_dir, config = write_project(
+        root,
+        uid,
+        {"command": command, "sigterm_grace_s": 0.5},
+        {"round_budget_s": 600, "round_cgroup": round_cgroup},
+        {"stalled_rounds": 100},
+    )
     return Scene(root, work_dir, log_dir, config, uid)
 
 
@@ -399,25 +409,13 @@ def killable(tmp_path: Path, mode: str, script: str, **breakers: int) -> Iterato
     with contextlib.ExitStack() as stack:
         uid = UNUSED_UID if mode == "unprivileged" else None
         root = tmp_path if uid is None else stack.enter_context(owned_dir(uid))
-        work_dir, log_dir = root / "work", root / "logs"
-        init_work_tree(work_dir)
-        config = work_dir / "agent-runner.toml"
-        document = {
-            "schema_version": 1,
-            "agent": {
-                "command": ["sh", "-c", script.replace("$ROOT", str(root))],
-                "parser": "none",
-            },
-            "runtime": {
-                "log_dir": str(log_dir),
-                "restart_delay_s": 0,
-                "round_cgroup": "off" if mode == "fallback" else "auto",
-            },
-            "breakers": breakers,
-        }
-        config.write_text(tomli_w.dumps(document))
-        if uid is not None:
-            chown_tree(root, uid)
+        _, log_dir, config = write_project(
+            root,
+            uid,
+            {"command": ["sh", "-c", script.replace("$ROOT", str(root))]},
+            {"round_cgroup": "off" if mode == "fallback" else "auto"},
+            dict(breakers),
+        )
         yield Killable(root, config, log_dir, uid)
 
 

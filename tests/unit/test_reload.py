@@ -24,12 +24,19 @@ def write(path: Path, agent: str) -> None:
     )
 
 
-def test_confine_and_writable_edits_are_deferred_and_the_rest_applies(tmp_path: Path) -> None:
+def watched(tmp_path: Path, agent: str, events: RecordedEvents) -> tuple[Path, ConfigWatcher]:
+    """A project's config written with `agent` lines, and a watcher started from it."""
     (tmp_path / "main.md").write_text("go\n")
     path = tmp_path / "agent-runner.toml"
-    write(path, 'confine = "workdir-if-available"\nwritable = ["/srv/a"]\n')
+    write(path, agent)
+    return path, ConfigWatcher(load_config(path), events)
+
+
+def test_confine_and_writable_edits_are_deferred_and_the_rest_applies(tmp_path: Path) -> None:
     events = RecordedEvents()
-    watcher = ConfigWatcher(load_config(path), events)
+    path, watcher = watched(
+        tmp_path, 'confine = "workdir-if-available"\nwritable = ["/srv/a"]\n', events
+    )
     write(path, 'confine = "off"\nwritable = ["/"]\nsigterm_grace_s = 3\n')
     running = watcher.refresh()
     assert running.agent.confine == "workdir-if-available"
@@ -55,10 +62,7 @@ def counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 def test_a_config_file_not_changed_since_it_was_parsed_is_not_parsed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "main.md").write_text("go\n")
-    path = tmp_path / "agent-runner.toml"
-    write(path, "sigterm_grace_s = 2\n")
-    watcher = ConfigWatcher(load_config(path), RecordedEvents())
+    path, watcher = watched(tmp_path, "sigterm_grace_s = 2\n", RecordedEvents())
     parsed = counting_loads(monkeypatch)
     later = time.time() + 2 * reload.RECENT_S
     # The file is old by now.
@@ -85,10 +89,7 @@ def test_a_config_file_changed_in_the_last_second_is_parsed_every_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A second change inside one tick of the file's clock could keep size, times and inode."""
-    (tmp_path / "main.md").write_text("go\n")
-    path = tmp_path / "agent-runner.toml"
-    write(path, "sigterm_grace_s = 2\n")
-    watcher = ConfigWatcher(load_config(path), RecordedEvents())
+    path, watcher = watched(tmp_path, "sigterm_grace_s = 2\n", RecordedEvents())
     parsed = counting_loads(monkeypatch)
     watcher.refresh()
     watcher.refresh()
@@ -99,11 +100,8 @@ def test_a_config_that_parses_but_fails_its_checks_is_checked_again_each_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not parsing an unchanged file must not skip the checks: the fix may be outside it."""
-    (tmp_path / "main.md").write_text("go\n")
-    path = tmp_path / "agent-runner.toml"
-    write(path, "")
     events = RecordedEvents()
-    watcher = ConfigWatcher(load_config(path), events)
+    path, watcher = watched(tmp_path, "", events)
     path.write_text(path.read_text().replace('["true"]', '["./agent.sh"]'))
     later = time.time() + 2 * reload.RECENT_S
     monkeypatch.setattr(reload, "time", SimpleNamespace(time=lambda: later))
