@@ -8,6 +8,8 @@ import re
 import sys
 import time
 
+import pytest
+
 from tests.contracts import checks_by_name
 from tests.integration.conftest import Project, agent, git
 from tests.integration.test_serve import _seconds
@@ -36,48 +38,33 @@ def test_a_silent_agent_is_killed_as_a_failed_round_and_its_work_is_stashed(
     assert state["loop"]["failures"] == 1  # counted as a failed round
 
 
-def test_an_agent_waiting_out_the_retry_it_announced_is_not_killed(project: Project) -> None:
-    # Each line is followed by 4 s of silence, longer than the 2 s window, but each
-    # announces that wait the way Claude Code does before it waits on a rate limit.
-    project.write_config(
-        agent("retries_quietly.py", "4", "2", "announce"),
-        runtime={"idle_timeout_s": 2, "max_rounds": 1},
-    )
+# (gap between lines s, lines, style, [runtime] idle_timeout_s or None for the default, the
+# round's exit cause). "announce" lines are Claude Code's api_retry naming the wait to come.
+ROUNDS = {
+    # 4 s silences, longer than the 2 s window, but each announced: waited out.
+    "announced silences are waited out": ("4", "2", "announce", 2, "clean"),
+    # The same kind of silence, announcing nothing: killed.
+    "unannounced silences are killed": ("20", "2", "plain", 2, "idle"),
+    # The watchdog is off unless configured.
+    "off by default": ("1", "2", "plain", None, "clean"),
+    # 4 s of work, longer than the 3 s window, with a line every 0.5 s: only output saves it.
+    "output keeps a longer round alive": ("0.5", "8", "plain", 3, "clean"),
+}
+
+
+@pytest.mark.parametrize("case", ROUNDS.values(), ids=ROUNDS.keys())
+def test_what_silence_ends_a_round_and_what_does_not(
+    project: Project, case: tuple[str, str, str, float | None, str]
+) -> None:
+    gap_s, lines, style, idle_timeout_s, cause = case
+    runtime: dict[str, float] = {"max_rounds": 1}
+    if idle_timeout_s is not None:
+        runtime["idle_timeout_s"] = idle_timeout_s
+    project.write_config(agent("retries_quietly.py", gap_s, lines, style), runtime=runtime)
     done = project.cli("serve", timeout=60)
     assert done.returncode == 0, done.stderr
-    assert project.events("round_idle_kill") == []
-    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
-
-
-def test_the_same_silences_without_an_announcement_are_killed(project: Project) -> None:
-    project.write_config(
-        agent("retries_quietly.py", "20", "2", "plain"),
-        runtime={"idle_timeout_s": 2, "max_rounds": 1},
-    )
-    done = project.cli("serve", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert len(project.events("round_idle_kill")) == 1
-    assert project.events("agent_exit")[0]["exit_cause"] == "idle"
-
-
-def test_output_keeps_a_round_alive_and_the_watchdog_is_off_by_default(project: Project) -> None:
-    project.write_config(agent("retries_quietly.py", "1", "2", "plain"), runtime={"max_rounds": 1})
-    done = project.cli("serve", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert project.events("round_idle_kill") == []
-    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
-
-
-def test_output_more_often_than_the_window_keeps_a_longer_round_alive(project: Project) -> None:
-    # 4 s of work, longer than the 3 s window, with a line every 0.5 s: only output can save it.
-    project.write_config(
-        agent("retries_quietly.py", "0.5", "8", "plain"),
-        runtime={"idle_timeout_s": 3, "max_rounds": 1},
-    )
-    done = project.cli("serve", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert project.events("round_idle_kill") == []
-    assert project.events("agent_exit")[0]["exit_cause"] == "clean"
+    assert len(project.events("round_idle_kill")) == (1 if cause == "idle" else 0)
+    assert project.events("agent_exit")[0]["exit_cause"] == cause
 
 
 def test_peek_shows_how_long_the_running_round_has_been_silent(project: Project) -> None:
