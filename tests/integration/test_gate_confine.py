@@ -18,7 +18,7 @@ from agent_runner.supervisor import landlock
 from agent_runner.supervisor.agentpolicy import granted_rights
 from agent_runner.supervisor.gate import Confine, GatedChild
 from agent_runner.supervisor.process import AgentProcess, SpawnError
-from tests.security.conftest import REQUIRE_CONFINEMENT, host_offers_landlock
+from tests.security.conftest import require_landlock
 
 WRITE_BOTH = (
     "import sys\n"
@@ -33,10 +33,7 @@ WRITE_BOTH = (
 
 @pytest.fixture
 def abi() -> int:
-    if not host_offers_landlock():
-        if REQUIRE_CONFINEMENT:
-            pytest.fail("AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the kernel offers no Landlock")
-        pytest.skip("no Landlock in this kernel")
+    require_landlock()
     return landlock.abi_version()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.contracts import checks_by_name, conforming, conforming_lines
 from tests.integration.conftest import Project, agent
-from tests.security.conftest import REQUIRE_CONFINEMENT, host_offers_landlock
+from tests.security.conftest import REQUIRE_CONFINEMENT, host_offers_landlock, require_landlock
 
 
 def test_peek_reports_the_last_round_and_writes_nothing(project: Project) -> None:
@@ -282,10 +282,8 @@ def test_events_follow_survives_a_new_month_a_truncated_and_a_replaced_file(
 
 @pytest.mark.parametrize("confine", ["workdir", "off"])
 def test_peek_and_doctor_show_whether_the_agent_is_confined(project: Project, confine: str) -> None:
-    if confine == "workdir" and not host_offers_landlock():
-        if REQUIRE_CONFINEMENT:
-            pytest.fail("AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the kernel offers no Landlock")
-        pytest.skip("no Landlock in this kernel")
+    if confine == "workdir":
+        require_landlock()
     project.write_config(agent("sleeper.py", "60"), agent={"confine": confine})
     checks = json.loads(project.cli("doctor", "--json").stdout)["checks"]
     doctor = [c for c in checks if c["name"] == "agent confinement"]

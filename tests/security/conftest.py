@@ -41,6 +41,15 @@ def host_offers_landlock() -> bool:
     return bool(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1)
 
 
+def require_landlock(missing: str = "no Landlock in this kernel") -> None:
+    """Fail where AGENT_RUNNER_REQUIRE_CONFINEMENT=1 asks for Landlock and the kernel has none;
+    skip, saying `missing`, where it does not ask."""
+    if not host_offers_landlock():
+        if REQUIRE_CONFINEMENT:
+            pytest.fail("AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the kernel offers no Landlock")
+        pytest.skip(missing)
+
+
 HEADER = """\
 import ctypes, errno, json, os, signal, time
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision

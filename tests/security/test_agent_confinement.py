@@ -16,17 +16,14 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import AGENTS
-from tests.security.conftest import REQUIRE_CONFINEMENT, Served, host_offers_landlock
+from tests.security.conftest import Served, require_landlock
 
 LINE = "written by a confined agent"
 
 
 @pytest.fixture
 def landlock() -> None:
-    if not host_offers_landlock():
-        if REQUIRE_CONFINEMENT:
-            pytest.fail("AGENT_RUNNER_REQUIRE_CONFINEMENT=1 but the kernel offers no Landlock")
-        pytest.skip("no Landlock in this kernel: nothing confines the agent")
+    require_landlock("no Landlock in this kernel: nothing confines the agent")
 
 
 class Layout:
