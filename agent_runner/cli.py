@@ -86,7 +86,7 @@ def init(preset: str, force: bool, config_path: Path | None) -> None:
 @config_option
 def serve(once: bool, max_rounds: int | None, config_path: Path | None) -> None:
     """Run rounds forever (what systemd runs)."""
-    from agent_runner.supervisor.serve import run_serve
+    from agent_runner.supervisor.loop.serve import run_serve
 
     raise SystemExit(run_serve(load(config_path), max_rounds=1 if once else max_rounds))
 
@@ -95,7 +95,7 @@ def serve(once: bool, max_rounds: int | None, config_path: Path | None) -> None:
 @config_option
 def round_command(config_path: Path | None) -> None:
     """Run exactly one round in the foreground."""
-    from agent_runner.supervisor.serve import run_serve
+    from agent_runner.supervisor.loop.serve import run_serve
 
     raise SystemExit(run_serve(load(config_path), max_rounds=1))
 
@@ -218,8 +218,8 @@ def stop(after_round: bool, timeout: float, as_json: bool, config_path: Path | N
 
     With --after-round, exit 0 as soon as serve has agreed to stop after its round.
     """
+    from agent_runner.commands.stop import request_stop
     from agent_runner.observe.contracts import StopDocument
-    from agent_runner.supervisor.control import request_stop
 
     done = request_stop(load(config_path), after_round=after_round, timeout_s=timeout)
     if as_json:
@@ -367,8 +367,8 @@ def rescue(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
     """Work serve secured (stashes, auto-commits): list it; `apply` or `branch` one."""
     if ctx.invoked_subcommand is not None:
         return
+    from agent_runner.commands.rescue import render_secured, secured_work
     from agent_runner.observe.contracts import RescueDocument, RescueEntry
-    from agent_runner.supervisor.rescue import render_secured, secured_work
 
     config = load(config_path)
     entries = secured_work(config)
@@ -383,7 +383,7 @@ def rescue(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
 @config_option
 def rescue_apply(sha: str, config_path: Path | None) -> None:
     """Put SHA's work back into the work tree (only a clean one; overwrites nothing)."""
-    from agent_runner.supervisor.rescue import apply_work
+    from agent_runner.commands.rescue import apply_work
 
     config = load(config_path)
     entry = apply_work(config, sha)
@@ -399,7 +399,7 @@ def rescue_apply(sha: str, config_path: Path | None) -> None:
 @config_option
 def rescue_branch(sha: str, name: str, config_path: Path | None) -> None:
     """Make a new branch NAME holding SHA's work; the tree and HEAD stay as they are."""
-    from agent_runner.supervisor.rescue import branch_work
+    from agent_runner.commands.rescue import branch_work
 
     entry = branch_work(load(config_path), sha, name)
     click.echo(
@@ -433,9 +433,9 @@ def plugins_list(as_json: bool, config_path: Path | None) -> None:
 @config_option
 def plugins_pin(name: str, config_path: Path | None) -> None:
     """Write NAME's current digest into [plugins.pin] (one line; the rest is kept as is)."""
-    from agent_runner.plugins.discovery import installed
-    from agent_runner.plugins.pinning import pin_plugin
-    from agent_runner.plugins.trust import running_package
+    from agent_runner.plugins.admission.discovery import installed
+    from agent_runner.plugins.admission.pinning import pin_plugin
+    from agent_runner.plugins.admission.trust import running_package
 
     config = load(config_path)
     candidates = installed(config.runtime.work_dir)

@@ -13,7 +13,7 @@ from agent_runner.events import format_event
 from agent_runner.observe.peek import snapshot
 from agent_runner.observe.render import render_peek
 from agent_runner.scaffold import write_project
-from agent_runner.supervisor.serve import run_serve
+from agent_runner.supervisor.loop.serve import run_serve
 
 DEMO_ROUNDS = 3
 

@@ -24,8 +24,8 @@ from bench_serve import serve, stamp_gaps, wait_event
 
 from agent_runner.config import BudgetConfig
 from agent_runner.events import format_ts
-from agent_runner.supervisor import budget
-from agent_runner.supervisor.state import recover_ledger
+from agent_runner.supervisor.loop import budget
+from agent_runner.supervisor.loop.state import recover_ledger
 
 LINES = 1_000_000
 HISTORY_DAYS = 30

@@ -23,10 +23,10 @@ from pathlib import Path
 import tomli_w
 
 from agent_runner.config import parse_config
-from agent_runner.plugins.admission import admit
-from agent_runner.plugins.discovery import discover, search_path
-from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.plugins.trust import running_package
+from agent_runner.plugins.admission.discovery import discover, search_path
+from agent_runner.plugins.admission.trust import running_package
+from agent_runner.plugins.admission.verdict import admit
+from agent_runner.plugins.parent.sandbox import Sandbox
 
 COUNTS = (0, 1, 10)
 PYPROJECT = """\

@@ -23,12 +23,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_runner.config import load_config
-from agent_runner.supervisor.agentpolicy import round_tmpdir
-from agent_runner.supervisor.cgroup import RoundCgroup, RoundCgroups, locate
-from agent_runner.supervisor.confinement import AgentConfinement
-from agent_runner.supervisor.prefork import Prefork
-from agent_runner.supervisor.process import AgentProcess, agent_environment, transcript_path
-from agent_runner.supervisor.strays import become_subreaper, reap_leftovers
+from agent_runner.supervisor.agent.cgroup import RoundCgroup, RoundCgroups, locate
+from agent_runner.supervisor.agent.confinement import AgentConfinement
+from agent_runner.supervisor.agent.prefork import Prefork
+from agent_runner.supervisor.agent.process import AgentProcess, agent_environment, transcript_path
+from agent_runner.supervisor.agent.strays import become_subreaper, reap_leftovers
+from agent_runner.supervisor.agent.writepolicy import round_tmpdir
 
 
 class Rounds:

@@ -20,7 +20,7 @@ from pathlib import Path
 import tomli_w
 from bench_cli import timed_ms
 
-from agent_runner.supervisor.budget import DAY_S, Ledger
+from agent_runner.supervisor.loop.budget import DAY_S, Ledger
 from agent_runner.systemd.names import unit_name
 
 PROJECTS = 100

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agent_runner.plugins.sandbox import CallRequest, Sandbox
+from agent_runner.plugins.parent.sandbox import CallRequest, Sandbox
 
 NOOP_PLUGIN = {
     "noop/__init__.py": b"""\

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 from tests.conftest import cli_argv, run_cli
 from tests.contracts import conforming
 from tests.integration.conftest import Project

@@ -1,6 +1,6 @@
 """`agent-runner doctor`: pre-flight checks, each ok / warn / fail with a fix. Read-only.
 
-The boot checks are serve's own (`supervisor/checks.py`); the rest are what doctor adds:
+The boot checks are serve's own (`supervisor/boot/checks.py`); the rest are what doctor adds:
 setup warnings, git, a running serve, the systemd unit, the sandbox, each plugin.
 """
 
@@ -28,14 +28,14 @@ from agent_runner.observe.contracts import (
 from agent_runner.observe.host import host_report
 from agent_runner.observe.peek import budget_block, describe_reaping
 from agent_runner.observe.pluginlist import plugin_rows
-from agent_runner.plugins import discovery
-from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.supervisor import landlock
-from agent_runner.supervisor.agentpolicy import exposed_inputs, verdict, write_rules
-from agent_runner.supervisor.cgroup import CgroupUnavailable, place
-from agent_runner.supervisor.checks import BOOT_CHECKS, CheckResult, Status, notify_program
-from agent_runner.supervisor.instance import project_key, read_holder
-from agent_runner.supervisor.state import read_state
+from agent_runner.plugins.admission import discovery
+from agent_runner.plugins.parent.sandbox import Sandbox
+from agent_runner.supervisor.agent import landlock
+from agent_runner.supervisor.agent.cgroup import CgroupUnavailable, place
+from agent_runner.supervisor.agent.writepolicy import exposed_inputs, verdict, write_rules
+from agent_runner.supervisor.boot.checks import BOOT_CHECKS, CheckResult, Status, notify_program
+from agent_runner.supervisor.boot.instance import project_key, read_holder
+from agent_runner.supervisor.loop.state import read_state
 from agent_runner.systemd.state import unit_drift, unit_state
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -24,7 +24,7 @@ from agent_runner.events import (
 )
 from agent_runner.observe.contracts import SCHEMA_VERSION
 from agent_runner.observe.watch import DirectoryWatch
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 
 __all__ = ["EventFilter", "check_kinds", "format_event", "json_line", "query"]
 

@@ -26,9 +26,9 @@ from agent_runner.observe.contracts import (
     from_json,
 )
 from agent_runner.observe.peek import Recorded, backoff_block, supervisor_block
-from agent_runner.supervisor.budget import Ledger
-from agent_runner.supervisor.instance import PID_FILE
-from agent_runner.supervisor.state import STATE_NAME, recent_summaries
+from agent_runner.supervisor.boot.instance import PID_FILE
+from agent_runner.supervisor.loop.budget import Ledger
+from agent_runner.supervisor.loop.state import STATE_NAME, recent_summaries
 from agent_runner.systemd.state import installed_instances
 
 MAX_PROJECTS = 10_000  # folders looked at under the state home

@@ -42,11 +42,11 @@ from agent_runner.observe.contracts import (
     Unit,
     from_json,
 )
-from agent_runner.supervisor.budget import DAY_S, HOUR_S, Ledger
-from agent_runner.supervisor.instance import read_holder
-from agent_runner.supervisor.policy import LoopState, breaker_streaks
-from agent_runner.supervisor.state import load_state, loop_from_state, recent_summaries
-from agent_runner.supervisor.strays import process_start_ticks
+from agent_runner.supervisor.agent.strays import process_start_ticks
+from agent_runner.supervisor.boot.instance import read_holder
+from agent_runner.supervisor.loop.budget import DAY_S, HOUR_S, Ledger
+from agent_runner.supervisor.loop.policy import LoopState, breaker_streaks
+from agent_runner.supervisor.loop.state import load_state, loop_from_state, recent_summaries
 
 # serve's phases (state.json) as the states peek reports while serve runs; any other is waiting.
 _PHASE_STATES: dict[str, SupervisorState] = {
@@ -229,7 +229,7 @@ def round_block(view: View) -> Round | None:
     cgroup = current.get("cgroup")
     confined = current.get("confined")
     # Only a running round needs serve's process module and all that it imports.
-    from agent_runner.supervisor.process import transcript_path  # noqa: PLC0415
+    from agent_runner.supervisor.agent.process import transcript_path  # noqa: PLC0415
 
     return Round(
         n=number,

@@ -11,11 +11,11 @@ from typing import Any
 
 from agent_runner.config import Config
 from agent_runner.observe.contracts import PluginEntry, from_json, to_json
-from agent_runner.plugins import discovery
-from agent_runner.plugins.admission import builtin_verdict
+from agent_runner.plugins.admission import discovery
+from agent_runner.plugins.admission.trust import Assessment, assess_all, running_package
+from agent_runner.plugins.admission.verdict import builtin_verdict
 from agent_runner.plugins.builtin import BUILTINS
-from agent_runner.plugins.trust import Assessment, assess_all, running_package
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 
 
 def plugin_rows(config: Config) -> list[PluginEntry]:

@@ -1,1 +1,1 @@
-"""The supervisor: one round, the loop around it, and securing the work tree between rounds."""
+"""The supervisor: the loop, boot, the agent process, and securing the work tree between rounds."""

@@ -1,6 +1,6 @@
 """Putting secured work back: what a stash or commit holds, applying it, branching from it.
 
-Nothing here checks whether the tree may be written; `supervisor/rescue.py` decides that and
+Nothing here checks whether the tree may be written; `commands/rescue.py` decides that and
 calls these only for a clean tree (apply) or a branch name not taken (branch).
 """
 

@@ -1,7 +1,7 @@
 """The real CLI with one supervisor function replaced by one that raises: a stand-in for a bug.
 
 Usage: python faulty_cli.py MODULE:NAME[.NAME] CLI-ARGS...
-(e.g. agent_runner.supervisor.round:secure_tree, agent_runner.supervisor.serve:Serve._sleep)
+(e.g. agent_runner.supervisor.loop.round:secure_tree, agent_runner.supervisor.loop.serve:Serve._sleep)
 """
 
 from __future__ import annotations

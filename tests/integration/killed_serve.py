@@ -17,8 +17,8 @@ from typing import Any
 
 
 def arm(step: str, record: Path) -> None:
-    from agent_runner.supervisor import gate
-    from agent_runner.supervisor import serve as serve_module
+    from agent_runner.supervisor.agent import gate
+    from agent_runner.supervisor.loop import serve as serve_module
 
     def die(pid: int | None = None) -> None:
         if pid is not None:
@@ -57,7 +57,7 @@ def arm(step: str, record: Path) -> None:
         os.replace = replace  # type: ignore[assignment]
     elif step == "children_fail_after_round_1":
         # Round 1's child starts; no other does (fork fails), and serve dies as round 3 begins.
-        from agent_runner.supervisor import round as round_module
+        from agent_runner.supervisor.loop import round as round_module
 
         real_spawn = gate.GatedChild.spawn
         spawned: list[int] = []

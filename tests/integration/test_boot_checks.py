@@ -19,7 +19,7 @@ from typing import Literal
 import pytest
 import tomli_w
 
-from agent_runner.supervisor.checks import BOOT_CHECKS, BootCheck
+from agent_runner.supervisor.boot.checks import BOOT_CHECKS, BootCheck
 from tests import unprivileged
 from tests.contracts import checks_by_name
 from tests.integration.conftest import Project, agent, create_project, stop_children

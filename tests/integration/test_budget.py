@@ -10,7 +10,7 @@ import signal
 import time
 
 from agent_runner.events import parse_ts
-from agent_runner.supervisor.budget import DAY_S
+from agent_runner.supervisor.loop.budget import DAY_S
 from tests.contracts import checks_by_name, conforming
 from tests.integration.conftest import Project, agent
 

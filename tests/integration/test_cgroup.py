@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor.cgroup import (
+from agent_runner.supervisor.agent.cgroup import (
     CgroupUnavailable,
     RoundCgroup,
     RoundCgroups,
     locate,
     place,
 )
-from agent_runner.supervisor.gate import GatedChild
-from agent_runner.supervisor.process import AgentProcess
-from agent_runner.supervisor.strays import become_subreaper, reap_leftovers
+from agent_runner.supervisor.agent.gate import GatedChild
+from agent_runner.supervisor.agent.process import AgentProcess
+from agent_runner.supervisor.agent.strays import become_subreaper, reap_leftovers
 from tests.integration.conftest import AGENTS, REPO
 from tests.integration.unprivileged import UNUSED_UID, run_as
 
@@ -135,7 +135,7 @@ def test_a_cgroup_of_our_own_takes_the_rounds_directly(cgroups: RoundCgroups) ->
     script = textwrap.dedent(
         """
         import json
-        from agent_runner.supervisor.cgroup import place
+        from agent_runner.supervisor.agent.cgroup import place
         p = place("k")
         print(json.dumps([str(p.here), str(p.base), p.shared]))
         """

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_runner.supervisor.strays import process_start_ticks
+from agent_runner.supervisor.agent.strays import process_start_ticks
 from tests.contracts import conforming, conforming_lines
 from tests.integration.conftest import Project, agent
 

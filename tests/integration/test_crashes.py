@@ -43,7 +43,9 @@ def test_an_internal_error_every_round_trips_a_breaker_across_restarts(project: 
         ["sh", "-c", "exit 1"],
         breakers={"crash_loop_rounds": 10, "internal_error_restarts": 3},
     )
-    runs = [start_faulty(project, "agent_runner.supervisor.round:secure_tree") for _ in range(3)]
+    runs = [
+        start_faulty(project, "agent_runner.supervisor.loop.round:secure_tree") for _ in range(3)
+    ]
     assert [r.returncode for r in runs] == [1, 1, 69], [r.stderr for r in runs]
     assert "internal error: RuntimeError: injected bug" in runs[0].stderr
     assert [e["reason"] for e in project.events("serve_stop")] == [
@@ -69,7 +71,7 @@ def test_a_crash_is_recorded_as_crashed_and_the_next_start_keeps_the_counters(
         breakers={"crash_loop_rounds": 2},
     )
     # Round 1 fails and is counted; the bug strikes in the restart delay after it.
-    crashed = start_faulty(project, "agent_runner.supervisor.serve:Serve._sleep")
+    crashed = start_faulty(project, "agent_runner.supervisor.loop.serve:Serve._sleep")
     assert crashed.returncode == 1, crashed.stderr
     state = json.loads((project.log_dir / "state.json").read_text())
     assert state["supervisor"]["phase"] == "crashed"

@@ -15,8 +15,8 @@ import pytest
 from agent_runner import cli
 from agent_runner.errors import ConfinementUnavailable
 from agent_runner.events import iter_events
-from agent_runner.supervisor import serve as serve_module
-from agent_runner.supervisor.instance import InstanceLock
+from agent_runner.supervisor.boot.instance import InstanceLock
+from agent_runner.supervisor.loop import serve as serve_module
 from tests.integration.conftest import REPO, Project, agent
 from tests.integration.unprivileged import UNUSED_UID, chown_tree, owned_dir
 from tests.unprivileged import command

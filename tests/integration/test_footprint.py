@@ -43,13 +43,13 @@ HEAVY = (
     "agent_runner.vcs",
     "agent_runner.observe.render",
     "agent_runner.observe.doctor",
-    "agent_runner.supervisor.serve",
+    "agent_runner.supervisor.loop.serve",
     "ctypes",
     "secrets",
 )
 # serve's process module and what it needs to start agents: peek imports it only for a
 # running round's transcript (status also runs systemctl, with subprocess).
-SPAWNING = ("agent_runner.supervisor.process", "socket", "subprocess")
+SPAWNING = ("agent_runner.supervisor.agent.process", "socket", "subprocess")
 
 
 def cli_modules(
@@ -81,7 +81,7 @@ def test_rounds_import_no_module_that_only_a_rare_path_needs(project: Project) -
     project.write_config(["true"])
     modules = serve_modules(project, "--max-rounds", "3", "--config", str(project.config_path))
     assert len(project.events("round_end")) == 3
-    assert "agent_runner.supervisor.serve" in modules
+    assert "agent_runner.supervisor.loop.serve" in modules
     assert sorted(modules & set(RARE)) == []
 
 
@@ -103,11 +103,17 @@ def test_peek_and_status_json_and_help_import_no_heavy_module(project: Project) 
     peek, _ = cli_modules(project, "peek", "--json", *config)
     status, _ = cli_modules(project, "status", "--json", *config, codes=(3,))
     helped, _ = cli_modules(project, "--help")
-    assert {"agent_runner.observe.peek", "agent_runner.supervisor.state"} <= peek & status
+    assert {"agent_runner.observe.peek", "agent_runner.supervisor.loop.state"} <= peek & status
     assert imported(peek, (*HEAVY, *SPAWNING)) == []
-    assert imported(status, (*HEAVY, "agent_runner.supervisor.process", "socket")) == []
+    assert imported(status, (*HEAVY, "agent_runner.supervisor.agent.process", "socket")) == []
     assert "agent_runner.cli" in helped
-    commands = ("agent_runner.config", "agent_runner.observe", "agent_runner.supervisor", "json")
+    commands = (
+        "agent_runner.commands",
+        "agent_runner.config",
+        "agent_runner.observe",
+        "agent_runner.supervisor",
+        "json",
+    )
     assert imported(helped, (*HEAVY, *SPAWNING, *commands)) == []
 
 
@@ -117,7 +123,7 @@ def test_peek_json_of_a_running_round_imports_no_heavy_module(project: Project) 
     spawned = project.wait_for("agent_spawn")
     modules, printed = cli_modules(project, "peek", "--json", "--config", str(project.config_path))
     assert json.loads(printed)["round"]["agent_pid"] == spawned["pid"]
-    assert "agent_runner.supervisor.process" in modules  # for the transcript's path
+    assert "agent_runner.supervisor.agent.process" in modules  # for the transcript's path
     assert imported(modules, HEAVY) == []
     serve.terminate()
     assert serve.wait(timeout=15) == 0

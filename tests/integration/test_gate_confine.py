@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor import landlock
-from agent_runner.supervisor.agentpolicy import granted_rights
-from agent_runner.supervisor.gate import Confine, GatedChild
-from agent_runner.supervisor.process import AgentProcess, SpawnError
+from agent_runner.supervisor.agent import landlock
+from agent_runner.supervisor.agent.gate import Confine, GatedChild
+from agent_runner.supervisor.agent.process import AgentProcess, SpawnError
+from agent_runner.supervisor.agent.writepolicy import granted_rights
 from tests.security.conftest import require_landlock
 
 WRITE_BOTH = (

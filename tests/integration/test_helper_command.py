@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor.process import HelperCommand, SpawnError
+from agent_runner.supervisor.agent.process import HelperCommand, SpawnError
 from tests.integration.conftest import pid_alive
 
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from agent_runner.errors import ExitCode, LockHeld
-from agent_runner.supervisor.instance import (
+from agent_runner.supervisor.agent.strays import process_start_ticks
+from agent_runner.supervisor.boot.instance import (
     Holder,
     InstanceLock,
     LockFileError,
     open_holder,
     read_holder,
 )
-from agent_runner.supervisor.strays import process_start_ticks
 from tests.fakes import RecordedEvents
 from tests.integration.unprivileged import UNUSED_UID, owned_dir, run_as
 
@@ -33,7 +33,7 @@ HOLD_THE_LOCK = textwrap.dedent(
     """
     import subprocess, sys, time
     from pathlib import Path
-    from agent_runner.supervisor.instance import InstanceLock
+    from agent_runner.supervisor.boot.instance import InstanceLock
     lock = InstanceLock(Path(sys.argv[1]), Path(sys.argv[2]))
     lock.acquire()
     # A program started the careless way: every descriptor this process has, inherited.
@@ -259,7 +259,7 @@ def test_forty_simultaneous_starts_leave_exactly_one_holder(tmp_path: Path) -> N
         import sys, time
         from pathlib import Path
         from agent_runner.errors import LockHeld
-        from agent_runner.supervisor.instance import InstanceLock
+        from agent_runner.supervisor.boot.instance import InstanceLock
         go = Path(sys.argv[2])
         print("ready", flush=True)
         while not go.exists():

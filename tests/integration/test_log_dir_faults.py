@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from agent_runner.events import iter_events
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 from tests.integration.conftest import Project, create_project
 from tests.integration.unprivileged import UNUSED_UID, chown_tree, require_root
 from tests.unprivileged import REPO, command

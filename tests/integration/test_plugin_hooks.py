@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 from tests.conftest import PluginInstalls
 from tests.integration.conftest import Project, agent
 from tests.pluginrun import cli, fork_servers, serve_once, start_serve

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor.cgroup import CgroupUnavailable, RoundCgroups, locate
-from agent_runner.supervisor.prefork import AHEAD, Prefork
-from agent_runner.supervisor.process import AgentProcess
+from agent_runner.supervisor.agent.cgroup import CgroupUnavailable, RoundCgroups, locate
+from agent_runner.supervisor.agent.prefork import AHEAD, Prefork
+from agent_runner.supervisor.agent.process import AgentProcess
 
 
 def never(reason: str) -> None:

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor import strays
-from agent_runner.supervisor.process import (
+from agent_runner.supervisor.agent import strays
+from agent_runner.supervisor.agent.process import (
     AgentProcess,
     SpawnError,
     agent_environment,
     deliver_prompt,
     transcript_path,
 )
-from agent_runner.supervisor.strays import (
+from agent_runner.supervisor.agent.strays import (
     Orphans,
     become_subreaper,
     kill_orphans,
@@ -488,7 +488,7 @@ ORPHANING_SERVE = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from agent_runner.supervisor.process import AgentProcess
+    from agent_runner.supervisor.agent.process import AgentProcess
     agent = AgentProcess.spawn(sys.argv[1:], cwd=Path.cwd(), env=os.environ, stdin_data=None,
                                transcript=Path("serve-round.log"))
     while not Path("pids").exists():

@@ -282,7 +282,7 @@ def test_live_edits_apply_next_round_and_a_broken_config_keeps_serving(
 
 def test_restart_only_changes_are_deferred(project: Project) -> None:
     from agent_runner.config import load_config
-    from agent_runner.supervisor.reload import ConfigWatcher
+    from agent_runner.supervisor.loop.reload import ConfigWatcher
     from tests.fakes import RecordedEvents
 
     project.write_config(agent("exits_with.py", "0"))

@@ -28,8 +28,8 @@ import pytest
 import tomli_w
 
 from agent_runner.events import iter_events
-from agent_runner.supervisor.prefork import AHEAD
-from agent_runner.supervisor.strays import become_subreaper
+from agent_runner.supervisor.agent.prefork import AHEAD
+from agent_runner.supervisor.agent.strays import become_subreaper
 from tests.integration.conftest import AGENTS, REPO, init_work_tree
 from tests.integration.unprivileged import UNUSED_UID, chown_tree, owned_dir
 from tests.unprivileged import command
@@ -374,7 +374,7 @@ def _check_step(
 
 
 def _root_may_create_cgroups() -> bool:
-    from agent_runner.supervisor.cgroup import CgroupUnavailable, place
+    from agent_runner.supervisor.agent.cgroup import CgroupUnavailable, place
 
     try:
         place("probe")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from agent_runner.errors import ConfinementUnavailable
-from agent_runner.plugins.sandbox import CallRequest, CallResult, Sandbox
+from agent_runner.plugins.parent.sandbox import CallRequest, CallResult, Sandbox
 from tests import unprivileged
 from tests.integration.conftest import Project, create_project, stop_children
 from tests.security import harness

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from agent_runner.errors import ConfinementUnavailable
-from agent_runner.plugins.sandbox import CallRequest, CallResult, ProbeReport, Sandbox
+from agent_runner.plugins.parent.sandbox import CallRequest, CallResult, ProbeReport, Sandbox
 from tests import unprivileged
 from tests.fakes import RecordedEvents
 

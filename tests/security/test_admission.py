@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from agent_runner.config import PluginsConfig, parse_config
-from agent_runner.plugins.admission import Admission, admit
-from agent_runner.plugins.discovery import discover
-from agent_runner.plugins.sandbox import Sandbox
-from agent_runner.plugins.trust import assess_all, running_package
+from agent_runner.plugins.admission.discovery import discover
+from agent_runner.plugins.admission.trust import assess_all, running_package
+from agent_runner.plugins.admission.verdict import Admission, admit
+from agent_runner.plugins.parent.sandbox import Sandbox
 from tests.conftest import PluginInstalls
 from tests.fakes import RecordedEvents
 

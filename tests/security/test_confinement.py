@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_runner.plugins.child.forkserver import SHARED_PACKAGE_DIRS
 from agent_runner.plugins.childenv import LOCALE
-from agent_runner.plugins.forkserver import SHARED_PACKAGE_DIRS
 from tests.security import harness
 from tests.security.conftest import SECRET_NAME, SECRET_VALUE, run_hook
 from tests.security.harness import InProcess

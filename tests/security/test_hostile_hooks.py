@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agent_runner.supervisor.state import read_state
+from agent_runner.supervisor.loop.state import read_state
 from tests.conftest import PluginInstalls
 from tests.integration.conftest import Project, git, pid_alive
 from tests.launch_serve import PID_PLACEHOLDER

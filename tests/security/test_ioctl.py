@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.plugins.syscalls import FCNTL_ALLOWED, IOCTL_ALLOWED
+from agent_runner.plugins.child.syscalls import FCNTL_ALLOWED, IOCTL_ALLOWED
 from tests.security.conftest import run_hook
 from tests.security.harness import InProcess
 

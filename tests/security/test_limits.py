@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.plugins.confine import TASKS_WITHOUT_SECCOMP
-from agent_runner.plugins.sandbox import MAX_SCRATCH_BYTES, MAX_SCRATCH_ENTRIES
+from agent_runner.plugins.child.confine import TASKS_WITHOUT_SECCOMP
+from agent_runner.plugins.parent.sandbox import MAX_SCRATCH_BYTES, MAX_SCRATCH_ENTRIES
 from tests.security.conftest import NOOP, run_hook
 from tests.security.harness import AsUser, InProcess
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent_runner.errors import ConfinementUnavailable, ExitCode
-from agent_runner.plugins import forkclient
-from agent_runner.plugins.sandbox import CallResult, ProbeReport, Sandbox
+from agent_runner.plugins.parent import forkclient
+from agent_runner.plugins.parent.sandbox import CallResult, ProbeReport, Sandbox
 from tests.fakes import RecordedEvents
 from tests.security.conftest import NOOP, run_hook
 from tests.security.harness import InProcess

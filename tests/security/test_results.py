@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_runner.plugins.sandbox import CallRequest
+from agent_runner.plugins.parent.sandbox import CallRequest
 from tests.security.conftest import run_hook
 from tests.security.harness import InProcess
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agent_runner.plugins import wire
-from agent_runner.plugins.sandbox import CallRequest
+from agent_runner.plugins.parent.sandbox import CallRequest
 from tests.security.conftest import run_hook
 from tests.security.harness import InProcess
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from agent_runner.config import PluginsConfig, parse_config
 from agent_runner.plugins import wire
-from agent_runner.plugins.admission import admit
-from agent_runner.plugins.discovery import discover
-from agent_runner.plugins.sandbox import CallRequest, CallResult, ProbeReport
-from agent_runner.plugins.trust import running_package
+from agent_runner.plugins.admission.discovery import discover
+from agent_runner.plugins.admission.trust import running_package
+from agent_runner.plugins.admission.verdict import admit
+from agent_runner.plugins.parent.sandbox import CallRequest, CallResult, ProbeReport
 from tests.fakes import RecordedEvents
 
 FULL = ProbeReport("full", 7, True, True, True, True, None)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runner.config import BudgetConfig
-from agent_runner.supervisor.budget import (
+from agent_runner.supervisor.loop.budget import (
     DAY_S,
     HOUR_S,
     MAX_ROWS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_runner.supervisor.cgroup import cgroup2_mount, cgroup_dir, own_cgroup
+from agent_runner.supervisor.agent.cgroup import cgroup2_mount, cgroup_dir, own_cgroup
 
 HYBRID_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

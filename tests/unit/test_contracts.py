@@ -25,7 +25,7 @@ from agent_runner.observe.contracts import (
     to_json,
 )
 from agent_runner.observe.peek import select_path
-from agent_runner.supervisor.policy import BreakerName, LoopState, breaker_streaks
+from agent_runner.supervisor.loop.policy import BreakerName, LoopState, breaker_streaks
 
 DOCS = Path(__file__).parents[2] / "docs" / "json.md"
 STOP = {"schema_version": 1, "outcome": "stopped", "pid": 7, "waited_s": 0.5, "detail": "ok"}

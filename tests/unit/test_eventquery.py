@@ -8,7 +8,7 @@ import pytest
 
 from agent_runner.errors import UsageError
 from agent_runner.observe.eventquery import check_kinds
-from agent_runner.supervisor.state import write_state
+from agent_runner.supervisor.loop.state import write_state
 
 
 def test_registered_kinds_pass_and_a_typo_names_the_kind_meant(tmp_path: Path) -> None:

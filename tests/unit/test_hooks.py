@@ -14,9 +14,9 @@ import pytest
 
 from agent_runner.config import PluginsConfig, parse_config
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision
-from agent_runner.plugins.admission import Admission, AdmittedPlugin, Verdict
-from agent_runner.plugins.hooks import Hooks, SpawnVerdict, collapse
-from agent_runner.plugins.sandbox import CallRequest, CallResult
+from agent_runner.plugins.admission.verdict import Admission, AdmittedPlugin, Verdict
+from agent_runner.plugins.parent.hooks import Hooks, SpawnVerdict, collapse
+from agent_runner.plugins.parent.sandbox import CallRequest, CallResult
 from tests.fakes import RecordedEvents
 
 Answer = Callable[[CallRequest], CallResult]

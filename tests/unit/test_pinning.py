@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.plugins.pinning import PinRefused, check_edit, replace_file, set_pin
+from agent_runner.plugins.admission.pinning import PinRefused, check_edit, replace_file, set_pin
 
 NEW = "sha256:" + "a" * 64
 OLD = "sha256:" + "0" * 64

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent_runner.config import BackoffConfig, BreakersConfig
 from agent_runner.parsers import Transient
-from agent_runner.supervisor.policy import (
+from agent_runner.supervisor.loop.policy import (
     Decision,
     Limits,
     LoopState,

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from agent_runner.config import Config, load_config
-from agent_runner.supervisor import reload
-from agent_runner.supervisor.reload import ConfigWatcher
+from agent_runner.supervisor.loop import reload
+from agent_runner.supervisor.loop.reload import ConfigWatcher
 from tests.fakes import RecordedEvents
 
 

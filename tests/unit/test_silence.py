@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent_runner.supervisor.silence import SilenceWatch, silence_deadline
+from agent_runner.supervisor.loop.silence import SilenceWatch, silence_deadline
 from tests.fakes import FakeClock
 
 RETRY = b'{"type":"system","subtype":"api_retry","retry_delay_ms":30000}\n'

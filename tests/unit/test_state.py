@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from agent_runner.events import format_ts
-from agent_runner.supervisor import state
-from agent_runner.supervisor.budget import DAY_S, Ledger
-from agent_runner.supervisor.policy import LoopState
-from agent_runner.supervisor.state import (
+from agent_runner.supervisor.loop import state
+from agent_runner.supervisor.loop.budget import DAY_S, Ledger
+from agent_runner.supervisor.loop.policy import LoopState
+from agent_runner.supervisor.loop.state import (
     load_state,
     loop_from_state,
     read_state,

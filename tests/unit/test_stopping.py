@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.supervisor.stopping import StopControl
+from agent_runner.supervisor.loop.stopping import StopControl
 from tests.fakes import RecordedEvents
 
 

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from agent_runner.plugins import syscalls
-from agent_runner.plugins.syscalls import (
+from agent_runner.plugins.child import syscalls
+from agent_runner.plugins.child.syscalls import (
     AUDIT_ARCH_X86_64,
     FCNTL_ALLOWED,
     IOCTL_ALLOWED,
@@ -220,7 +220,7 @@ def run_bpf(
 @pytest.fixture(scope="module")
 def program() -> bytes:
     pytest.importorskip("pyseccomp")
-    from agent_runner.plugins.forkserver import export_seccomp_bpf
+    from agent_runner.plugins.child.forkserver import export_seccomp_bpf
 
     return export_seccomp_bpf(POLICY)
 

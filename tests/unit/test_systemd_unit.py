@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runner.errors import ExitCode, SystemdError
-from agent_runner.supervisor.stopping import STOP_FILE_CHECK_S
+from agent_runner.supervisor.loop.stopping import STOP_FILE_CHECK_S
 from agent_runner.systemd.unit import (
     HARDENING,
     ProjectUnit,

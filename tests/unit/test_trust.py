@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.plugins.discovery import (
+from agent_runner.plugins.admission.discovery import (
     Candidate,
     Distribution,
     RecordEntry,
@@ -18,7 +18,7 @@ from agent_runner.plugins.discovery import (
     parse_record,
     search_path,
 )
-from agent_runner.plugins.trust import (
+from agent_runner.plugins.admission.trust import (
     Unverified,
     canonical_name,
     compare_pin,

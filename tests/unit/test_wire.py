@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runner.plugins import DirtyIntent, PluginManifest, RoundReport, SpawnDecision, wire
-from agent_runner.plugins.forkclient import Outcome
-from agent_runner.plugins.sandbox import classify
+from agent_runner.plugins.parent.forkclient import Outcome
+from agent_runner.plugins.parent.sandbox import classify
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""Admission at boot: discover installed plugins, judge provenance and pins, admit or refuse."""

@@ -1,0 +1,1 @@
+"""Boot: the checks a config must pass, the one-serve-per-tree lock, and serve's startup."""
