@@ -11,6 +11,8 @@ from dataclasses import dataclass
 RETRY_BUDGET_S = 300.0
 QUICK_BUDGET_S = 120.0
 SHORT_BUDGET_S = 45.0
+# qwen waits out a 429's retry-after without printing a line for seven attempts (~9 minutes).
+LONG_BUDGET_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,41 @@ EXTRA: dict[str, tuple[Case, ...]] = {
             skip_setup="auth_type",
         ),
     ),
+    "opencode": (AT_BUDGET,),
+    "qwen": (
+        Case(
+            "rate_limit",
+            "rate_limit",
+            LONG_BUDGET_S,
+            "HTTP 429 with the provider's reset information, under a 900 s budget: qwen waits"
+            " out retry-after silently for seven attempts before it prints anything",
+        ),
+        AT_BUDGET,
+        Case(
+            "no_auth_method",
+            "success",
+            QUICK_BUDGET_S,
+            "no auth type in settings.json and no OPENAI_API_KEY to infer one from",
+            skip_setup="auth_type",
+        ),
+    ),
+    "copilot": (
+        Case(
+            "not_logged_in",
+            "success",
+            QUICK_BUDGET_S,
+            "neither a provider of one's own (COPILOT_PROVIDER_BASE_URL) nor a GitHub login",
+            skip_setup="provider",
+        ),
+    ),
 }
 
 
 def cases_for(cli: str) -> tuple[Case, ...]:
-    """Every case recorded for `cli`, in order."""
-    return COMMON + EXTRA.get(cli, ())
+    """Every case recorded for `cli`, in order (a CLI's own case replaces the common one)."""
+    own = {case.name: case for case in EXTRA.get(cli, ())}
+    common = tuple(own.pop(case.name, case) for case in COMMON)
+    return common + tuple(own.values())
 
 
 def find_case(cli: str, name: str) -> Case:

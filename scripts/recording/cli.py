@@ -1,7 +1,9 @@
 """Command line of the recorder: install the pinned CLIs, record cases, each in its own namespace.
 
-`record` re-runs this module as `run-case` under `unshare --net`, several cases at a time;
-`run-case` is the reusable unit (one CLI, one case) and refuses outside such a namespace.
+`record` re-runs this module as `run-case` under `unshare --net`, one case at a time unless
+`--jobs` says otherwise (under load a CLI's timing changes what it prints: codex's usage-limit
+case came out as a bare 429 with six cases at once); `run-case` is the reusable unit (one CLI,
+one case) and refuses outside such a namespace.
 `confined` runs each CLI's success case with `[agent] confine = "workdir"` the same way
 (into a scratch folder, not the fixtures) and fails unless every one still succeeds.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from agent_runner.parsers import parse_transcript
 from recording.cases import cases_for, find_case
-from recording.clis import CLIS, REPO, install
+from recording.clis import CLIS, REPO, install, installed_versions
 from recording.netns import (
     assert_loopback_only,
     bring_up_loopback,
@@ -39,20 +41,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="record-transcripts", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="install the pinned CLIs and record their cases")
-    rec.add_argument("--cli", action="append", choices=sorted(CLIS), help="default: all four")
+    rec.add_argument("--cli", action="append", choices=sorted(CLIS), help="default: all of them")
     rec.add_argument("--case", action="append", help="default: every case of each CLI")
-    rec.add_argument("--jobs", type=int, default=6, help="cases recorded at once")
+    rec.add_argument(
+        "--jobs", type=int, default=1, help="cases recorded at once (default 1: each alone)"
+    )
     one = sub.add_parser("run-case", help="one case, inside a loopback-only namespace")
     one.add_argument("--cli", required=True, choices=sorted(CLIS))
     one.add_argument("--case", required=True)
     one.add_argument("--out", type=Path, required=True)
     one.add_argument("--confine", help="[agent] confine for the round (default: the preset's)")
     conf = sub.add_parser("confined", help='each success case under confine = "workdir"')
-    conf.add_argument("--cli", action="append", choices=sorted(CLIS), help="default: all four")
+    conf.add_argument("--cli", action="append", choices=sorted(CLIS), help="default: all of them")
     sub.add_parser("install", help="install the pinned CLIs under build/clis")
     args = parser.parse_args(argv)
     if args.command == "install":
         install(sorted(CLIS))
+        _say_versions(sorted(CLIS))
     elif args.command == "run-case":
         bring_up_loopback()
         assert_loopback_only()
@@ -150,3 +155,10 @@ def _install_or_exit(clis: list[str], *, code: int) -> None:
         print(f"record-transcripts: skipped: {reason}", file=sys.stderr)
         raise SystemExit(code)
     install(clis)
+    _say_versions(clis)
+
+
+def _say_versions(clis: list[str]) -> None:
+    """Which versions are installed: what the recordings that follow were made with."""
+    for line in installed_versions(clis):
+        print(f"record-transcripts: {line}", flush=True)

@@ -21,7 +21,7 @@ import tomli_w
 from agent_runner.config import load_preset
 from agent_runner.events import iter_events
 from recording.cases import Case
-from recording.clis import Cli, search_path
+from recording.clis import Cli, node_version, search_path
 from recording.fakeapi import FakeApi
 
 # Not under /tmp: codex refuses to set up its helper binaries in a temporary directory.
@@ -184,6 +184,8 @@ def record_help(cli: Cli, out_dir: Path) -> None:
         "version_output": version.strip(),
         "help_command": [cli.binary.name, *cli.help_args],
     }
+    if cli.registry == "npm":
+        info["node"] = node_version()
     (out_dir / "cli.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
