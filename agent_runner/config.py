@@ -20,6 +20,14 @@ from typing import Any, Literal, cast
 
 from agent_runner.errors import ConfigError
 from agent_runner.files import read_regular
+from agent_runner.patterns import (
+    GENERIC_PARSER,
+    KINDS,
+    NO_PATTERNS,
+    PatternError,
+    Patterns,
+    compile_patterns,
+)
 from agent_runner.presets import FOLDER as PRESETS
 from agent_runner.presets import preset_names
 
@@ -67,6 +75,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "sigterm_grace_s": Key("number", 10, 0.1, 600),
         "confine": Key("str", "off", choices=CONFINE_MODES),
         "writable": Key("str_list", []),
+        "patterns": Key("str_table", {}),
     },
     "prompt": {"files": Key("str_list", ["prompts/main.md"])},
     "runtime": {
@@ -144,6 +153,7 @@ class AgentConfig:
     sigterm_grace_s: float
     confine: Literal["off", "workdir", "workdir-if-available"] = "off"
     writable: tuple[WritablePath, ...] = ()  # the preset's, then [agent] writable
+    patterns: Patterns = NO_PATTERNS  # [agent.patterns], read by the `generic` parser
 
 
 @dataclass(frozen=True)
@@ -447,6 +457,7 @@ class _Parser:
         if not NAME_RE.match(merged["parser"]):
             shown = _show(merged["parser"])
             raise self.fail("agent.parser", f"not a parser or plugin name: {shown}")
+        patterns = self.patterns(values["patterns"], merged["parser"])
         agent_env = {**os.environ, **merged["env"]}
         writable = [
             *self.writable("preset writable", preset.get("writable", []), agent_env),
@@ -461,7 +472,26 @@ class _Parser:
             sigterm_grace_s=float(merged["sigterm_grace_s"]),
             confine=values["confine"],
             writable=tuple(dict.fromkeys(writable)),
+            patterns=patterns,
         )
+
+    def patterns(self, raw: dict[str, str], parser: str) -> Patterns:
+        """`[agent.patterns]`, compiled and checked: only the `generic` parser reads them."""
+        if raw and parser != GENERIC_PARSER:
+            raise self.fail(
+                "agent.patterns", f"read only by parser {GENERIC_PARSER!r}, not {_show(parser)}"
+            )
+        if not raw and parser == GENERIC_PARSER:
+            raise self.fail(
+                "agent.patterns",
+                f"the {GENERIC_PARSER!r} parser reads nothing else: set at least one of "
+                + ", ".join(KINDS),
+            )
+        try:
+            return compile_patterns(raw)
+        except PatternError as exc:
+            key = exc.key if NAME_RE.fullmatch(exc.key) else json.dumps(exc.key)
+            raise self.fail(f"agent.patterns.{key}", exc.problem) from None
 
     def writable(
         self, where: str, entries: list[str], env: Mapping[str, str]
@@ -677,6 +707,12 @@ def render_docs() -> str:
         "preset's: `~/…` is in the agent's HOME, `$NAME/…` in its variable NAME (left out when",
         'unset), and a trailing "/" names a folder serve creates when missing. Both keys take',
         "effect when serve restarts.",
+        "",
+        "`agent.patterns` is a table of named regular expressions (`rate_limit`, `quota`,",
+        '`outage`, `auth`, `setup`, `usage`) read only by `agent.parser = "generic"`, which',
+        "needs at least one. A pattern that does not compile, matches the empty string, names a",
+        "group its kind does not read or repeats a repetition (`(a+)+`) is a config error",
+        "(docs/agents.md, `generic`).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -20,11 +20,27 @@ clear message. If everything is done, say so and exit.
 """
 
 
+# `generic` names no CLI: a command to replace and patterns to adapt (docs/agents.md, "generic").
+GENERIC_STARTER: dict[str, Any] = {
+    "command": ["my-agent"],
+    "patterns": {
+        "rate_limit": (
+            r"(?i)\b(?:429|rate limit(?:ed)?)\b.*?\b(?:retry|try again) (?:after|in)"
+            r" (?P<reset>\d+(?:\.\d+)?\s*(?:ms|s|m|h)?)"
+        ),
+        "auth": r"(?i)\b(?:401|unauthorized|invalid api key)\b",
+    },
+}
+
+
 def starter_document(preset: str) -> dict[str, Any]:
     """The config `init` writes: the preset plus the settings an operator edits first."""
+    agent: dict[str, Any] = {"preset": preset}
+    if preset == "generic":
+        agent.update(GENERIC_STARTER)
     return {
         "schema_version": SCHEMA_VERSION,
-        "agent": {"preset": preset},
+        "agent": agent,
         "prompt": {"files": ["prompts/main.md"]},
         "runtime": {
             "work_dir": ".",

@@ -17,6 +17,8 @@ import pytest
 from agent_runner.parsers import Findings
 
 REAL = Path(__file__).parent / "fixtures" / "transcripts" / "real"
+# Every preset of a real CLI: each is recorded (scripts/recording/clis.py).
+CLIS = ("claude", "codex", "gemini", "aider", "opencode", "qwen", "copilot")
 OUTAGE = ("api_transient_5xx", "api_timeout")
 # A recording's exact reset lands this far after the recording started (the CLI's own delay).
 EXACT_SLACK_S = 30.0
@@ -50,7 +52,7 @@ class Expect:
     time to the minute (taken as the end of that minute, within the next day).
     """
 
-    kind: Literal["success", "auth", "setup", "limit", "outage"]
+    kind: Literal["success", "auth", "setup", "limit", "outage", "silent"]
     classification: str | None = None
     reset: Literal["exact", "relative", "clock"] | None = None
     reset_in_s: float | None = None
@@ -60,6 +62,8 @@ SUCCESS = Expect("success")
 AUTH = Expect("auth")
 SETUP = Expect("setup")
 DOWN = Expect("outage")
+# Killed while the CLI retried without printing a line: nothing to read, by the CLI's doing.
+SILENT = Expect("silent")
 
 
 def limit(classification: str, reset: Any = None, reset_in_s: float | None = None) -> Expect:
@@ -128,6 +132,53 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("aider", "server_error_at_budget"): DOWN,
     # litellm.NotFoundError: "The model `gpt-5-codex` does not exist", wrapped.
     ("aider", "unknown_model"): SETUP,
+    ("qwen", "success"): SUCCESS,
+    ("qwen", "auth"): AUTH,
+    # Under 900 s: after seven silent attempts (93 s apart) qwen prints "Retrying in 90s (attempt
+    # 1/10): [API Error: 429 … Please try again in 1m30s …]".
+    ("qwen", "rate_limit"): limit("rate_limit_model", "relative", PER_MINUTE_RESET_S),
+    ("qwen", "server_error"): DOWN,
+    # Still retrying at the budget: "Retrying in 120s (attempt 2/10): [API Error: 503 …]".
+    ("qwen", "overloaded"): DOWN,
+    # "[API Error: Connection error. (cause: connect ECONNREFUSED …)]".
+    ("qwen", "connection_refused"): DOWN,
+    # insufficient_quota: retried like a rate limit ("Retrying in 120s (attempt 2/10): [API
+    # Error: 429 You exceeded your current quota …]"), still at the budget; no reset.
+    ("qwen", "quota"): limit("rate_limit_account"),
+    ("qwen", "unknown_model"): SETUP,
+    # 45 s into its silent retries of the 500 (the first line comes after ~100 s).
+    ("qwen", "server_error_at_budget"): SILENT,
+    # "No auth type is selected. Please configure an auth type …".
+    ("qwen", "no_auth_method"): SETUP,
+    ("opencode", "success"): SUCCESS,
+    ("opencode", "auth"): AUTH,
+    # Still waiting out retry-after at the budget, silent on stdout: the last "stream error"
+    # log line on stderr says "Please try again in 1m30s".
+    ("opencode", "rate_limit"): limit("rate_limit_model", "relative", PER_MINUTE_RESET_S),
+    ("opencode", "server_error"): DOWN,
+    ("opencode", "overloaded"): DOWN,
+    # After its own retries: an error event "Cannot connect to API: …", no status.
+    ("opencode", "connection_refused"): DOWN,
+    # insufficient_quota, 429: "You exceeded your current quota", no reset.
+    ("opencode", "quota"): limit("rate_limit_account"),
+    ("opencode", "unknown_model"): SETUP,
+    # Killed while retrying: the last "stream error" line holds OpenAI's 500 wording only.
+    ("opencode", "server_error_at_budget"): DOWN,
+    ("copilot", "success"): SUCCESS,
+    # session.error "authentication": "Authentication failed with provider … (HTTP 401)".
+    ("copilot", "auth"): AUTH,
+    # Killed while retrying: the last model.call_failure holds the body, "try again in 1m30s".
+    ("copilot", "rate_limit"): limit("rate_limit_model", "relative", PER_MINUTE_RESET_S),
+    ("copilot", "server_error"): DOWN,
+    ("copilot", "overloaded"): DOWN,
+    # "Could not connect to local model provider at …".
+    ("copilot", "connection_refused"): DOWN,
+    # insufficient_quota: "You exceeded your current quota", without a reset.
+    ("copilot", "quota"): limit("rate_limit_account"),
+    # "Model 'gpt-4o' not found on provider at … (HTTP 404)".
+    ("copilot", "unknown_model"): SETUP,
+    # "Error: No authentication information found.": a GitHub login (or BYOK) is missing.
+    ("copilot", "not_logged_in"): AUTH,
 }
 
 
@@ -154,6 +205,10 @@ def check_findings(found: Findings, expect: Expect, recording: Recording, now: f
     if expect.kind == "setup":
         assert found.setup_error is not None
         assert (found.transient, found.auth_error) == (None, None)
+        return
+    if expect.kind == "silent":
+        assert (found.transient, found.auth_error, found.setup_error) == (None, None, None)
+        assert recording.meta["killed_at_budget"]
         return
     assert found.auth_error is None and found.setup_error is None
     assert found.transient is not None

@@ -10,10 +10,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_runner.parsers import aider, claude, codex, gemini, text
+from agent_runner.parsers import (
+    aider,
+    claude,
+    codex,
+    copilot,
+    gemini,
+    generic,
+    opencode,
+    qwen,
+    text,
+)
 from agent_runner.parsers.findings import TRANSIENT_CLASSES, Findings, Transient, Usage
 from agent_runner.parsers.retries import announced_wait
 from agent_runner.parsers.tail import read_tail
+from agent_runner.patterns import GENERIC_PARSER, NO_PATTERNS, Patterns
 
 __all__ = [
     "PARSER_NAMES",
@@ -47,28 +58,38 @@ _PARSERS: dict[str, Parser] = {
     "gemini": gemini.parse,
     "aider": aider.parse,
     "text": text.parse,
+    "opencode": opencode.parse,
+    "qwen": qwen.parse,
+    "copilot": copilot.parse,
     "none": _parse_nothing,
 }
-PARSER_NAMES: frozenset[str] = frozenset(_PARSERS)
+# `generic` reads the operator's [agent.patterns] (passed in as `patterns`), no format of its own.
+PARSER_NAMES: frozenset[str] = frozenset({*_PARSERS, GENERIC_PARSER})
 
 
 def parse_transcript(
-    parser: str, path: Path, *, now: float, exit_cause: str | None = None
+    parser: str,
+    path: Path,
+    *,
+    now: float,
+    exit_cause: str | None = None,
+    patterns: Patterns = NO_PATTERNS,
 ) -> Findings:
     """Read the tail of `path` and report. Unknown parser: KeyError; unreadable file: Findings().
 
     After a `clean` exit, findings read from prose (the plain-text fallbacks) are dropped: the
     CLI said it succeeded, so a limit message in its text is the agent's own words. Structured
-    JSON findings still count.
+    JSON findings still count. `patterns` are what the `generic` parser reads.
     """
     if not reads_transcript(parser):
         return Findings()
-    return parse_tail(parser, read_transcript_tail(path), now=now, exit_cause=exit_cause)
+    tail = read_transcript_tail(path)
+    return parse_tail(parser, tail, now=now, exit_cause=exit_cause, patterns=patterns)
 
 
 def reads_transcript(parser: str) -> bool:
     """Whether `parser` reads anything (`none` does not). Unknown parser: KeyError."""
-    return _PARSERS[parser] is not _parse_nothing
+    return parser == GENERIC_PARSER or _PARSERS[parser] is not _parse_nothing
 
 
 def read_transcript_tail(path: Path) -> bytes:
@@ -79,9 +100,19 @@ def read_transcript_tail(path: Path) -> bytes:
         return b""
 
 
-def parse_tail(parser: str, tail: bytes, *, now: float, exit_cause: str | None = None) -> Findings:
+def parse_tail(
+    parser: str,
+    tail: bytes,
+    *,
+    now: float,
+    exit_cause: str | None = None,
+    patterns: Patterns = NO_PATTERNS,
+) -> Findings:
     """`parse_transcript` of a tail already read with `read_transcript_tail`."""
-    return _PARSERS[parser](tail, now=now, prose=exit_cause != "clean")
+    prose = exit_cause != "clean"
+    if parser == GENERIC_PARSER:
+        return generic.parse(tail, now=now, prose=prose, patterns=patterns)
+    return _PARSERS[parser](tail, now=now, prose=prose)
 
 
 def report_findings(findings: Findings, *, round_no: int, emit: Callable[..., Any]) -> None:

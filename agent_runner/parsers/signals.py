@@ -29,7 +29,7 @@ AUTH_TEXT = re.compile(
     r"|unauthori[sz]ed|authentication[_ ]?(?:error|failed)|authenticationerror"
     r"|invalid[ _-]?(?:x-)?api[ _-]?key|incorrect api key|api key not valid|invalid_api_key"
     r"|not able to authenticate|run /login|please (?:log ?in|login|sign in)|not logged in"
-    r"|log in again|login required"
+    r"|log in again|login required|no authentication information found"
     r"|oauth token (?:has )?(?:expired|been revoked)|token_expired|token_revoked|invalid_grant"
     r"|refresh token (?:has )?(?:expired|been revoked|was already used)"
 )
@@ -38,11 +38,12 @@ AUTH_TEXT = re.compile(
 # A CLI that cannot run in this setup at all: retrying changes nothing until someone fixes it.
 SETUP_TEXT = re.compile(
     r"(?i)not running in a trusted (?:directory|folder)|invalid auth method selected"
-    r"|please set an auth method|must specify the gemini_api_key"
-    r"|model [`'\"][^`'\"\n]{1,80}[`'\"] does not exist|models/\S+ is not found|model_not_found"
+    r"|please set an auth method|must specify the gemini_api_key|no auth type is selected"
+    r"|model [`'\"][^`'\"\n]{1,80}[`'\"] (?:does not exist|not found)|models/\S+ is not found"
+    r"|model_not_found"
     r"|not_found_error[^\n]{0,60}\bmodel\b|issue with the selected model"
 )
-_SETUP_HINTS = ("trusted", "auth method", "gemini_api_key", "model")
+_SETUP_HINTS = ("trusted", "auth method", "auth type", "gemini_api_key", "model")
 
 
 def looks_like_setup_error(text: str) -> bool:

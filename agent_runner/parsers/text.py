@@ -83,6 +83,7 @@ _SERVER = re.compile(
     r"|overloaded(?:_error)?|experiencing high demand|(?:model|api) is at capacity"
     r"|internalservererror|serviceunavailableerror|apiconnectionerror|stream disconnected"
     r"|connection (?:failed|refused|error)|econnrefused|error sending request|fetch failed"
+    r"|(?:could not|cannot|unable to) connect\b|the server had an error while processing"
 )
 _TIMEOUT = re.compile(
     r"(?i)\b408\b|request timed? ?out|provider timed out|litellm\.timeout|apitimeouterror"
@@ -94,7 +95,7 @@ _TRANSIENT_HINTS = (
     "limit", "quota", "429", "too many", "exhaust", "500", "502", "503", "504", "529",
     "internal server", "bad gateway", "unavailable", "time", "overloaded", "apiconnection",
     "disconnected", "408", "deadline", "servererror", "demand", "capacity", "credit",
-    "connection", "econnrefused", "sending request", "fetch failed",
+    "connect", "econnrefused", "sending request", "fetch failed", "server had an error",
 )  # fmt: skip
 
 

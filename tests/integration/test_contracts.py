@@ -298,7 +298,8 @@ def test_usage_errors_exit_2_naming_what_is_wrong(project: Project) -> None:
     assert project.cli("events", "--kind", "round_start").stdout.count("round_start") == 1
     preset = project.cli("init", "--preset", "nope", "--force")
     assert preset.returncode == 2
-    assert "'nope' is not one of 'aider', 'claude', 'codex', 'demo', 'gemini'" in preset.stderr
+    known = "'aider', 'claude', 'codex', 'copilot', 'demo', 'gemini', 'generic', 'opencode', 'qwen'"
+    assert f"'nope' is not one of {known}" in preset.stderr
 
 
 def test_peek_events_option_explains_itself() -> None:

@@ -77,6 +77,25 @@ def aider_limit(_reset_at: int, in_s: int) -> str:
     )
 
 
+def generic_limit(_reset_at: int, in_s: int) -> str:
+    return f"[acme] reading src/\n[acme] error: rate limited (429), retry after {in_s}s\n"
+
+
+# The generic parser reads only what [agent.patterns] names (docs/agents.md, "generic").
+GENERIC_PATTERNS = {
+    "rate_limit": r"^\[acme\] error: rate limited \(429\), retry after (?P<reset>\d+s)",
+    "auth": r"^\[acme\] error: invalid API key",
+}
+
+
+def agent_table(parser: str) -> dict[str, object]:
+    return (
+        {"parser": parser, "patterns": GENERIC_PATTERNS}
+        if parser == "generic"
+        else {"parser": parser}
+    )
+
+
 # parser, transcript with a reset at the given epoch (or in so many seconds), exit code, class,
 # reset given as an epoch
 LIMITS: list[tuple[str, Callable[[int, int], str], int, str, bool]] = [
@@ -85,12 +104,14 @@ LIMITS: list[tuple[str, Callable[[int, int], str], int, str, bool]] = [
     ("gemini", gemini_limit, 1, "rate_limit_model", False),
     # aider exits 0 even when it gave up on the API.
     ("aider", aider_limit, 0, "rate_limit_model", False),
+    ("generic", generic_limit, 1, "rate_limit_model", False),
 ]
 AUTH_FAILURES = [
     ("claude", "claude/auth_401.jsonl", 1),
     ("codex", "codex/auth_401.jsonl", 1),
     ("gemini", "gemini/api_key_invalid.json", 41),
     ("aider", "aider/auth.log", 0),
+    ("generic", "generic/auth.log", 1),
 ]
 
 
@@ -118,7 +139,7 @@ def test_rate_limit_waits_for_the_stated_reset(
     path.write_text(transcript(reset_at, in_s))
     project.write_config(
         agent("prints_transcript.py", str(path), str(exit_code)),
-        agent={"parser": parser},
+        agent=agent_table(parser),
         runtime={"max_rounds": 2},
     )
     done = project.cli("serve")
@@ -149,7 +170,7 @@ def test_auth_failure_in_two_rounds_gives_up_with_69(
 ) -> None:
     project.write_config(
         agent("prints_transcript.py", str(FIXTURES / fixture), str(exit_code)),
-        agent={"parser": parser},
+        agent=agent_table(parser),
         breakers={"auth_failed_rounds": 2},
     )
     done = project.cli("serve")

@@ -37,7 +37,10 @@ def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     assert "No such option" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("preset", ["claude", "codex", "gemini", "aider", "demo"])
+PRESETS = ["claude", "codex", "gemini", "aider", "opencode", "qwen", "copilot", "generic", "demo"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 def test_init_writes_a_config_that_loads(tmp_path: Path, preset: str) -> None:
     target = tmp_path / "agent-runner.toml"
     assert run(["init", "--preset", preset, "--config", str(target)]) == 0
@@ -47,7 +50,7 @@ def test_init_writes_a_config_that_loads(tmp_path: Path, preset: str) -> None:
 
 
 def test_every_shipped_preset_is_tested() -> None:
-    assert set(preset_names()) == {"claude", "codex", "gemini", "aider", "demo"}
+    assert set(preset_names()) == set(PRESETS)
 
 
 def test_init_refuses_to_overwrite_without_force(

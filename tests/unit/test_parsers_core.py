@@ -21,21 +21,37 @@ from agent_runner.parsers import (
     Findings,
     Transient,
     Usage,
+    parse_tail,
     parse_transcript,
     report_findings,
 )
 from agent_runner.parsers.findings import pick_transient
 from agent_runner.parsers.signals import MAX_DETAIL_CHARS, short_redacted
 from agent_runner.parsers.tail import last_lines, read_tail
+from agent_runner.patterns import compile_patterns
+from agent_runner.presets import preset_names
 from tests.fakes import RecordedEvents
 
 NOW = 1_800_000_000.0
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts"
 LIMIT = FIXTURES / "claude" / "rate_limit_five_hour.jsonl"
+# What the generic parser reads in the properties below: every kind, every group.
+PATTERNS = compile_patterns(
+    {
+        "rate_limit": r"(?i)rate.limit.*?(?:in|after) (?P<reset>\S+)",
+        "quota": r"(?i)quota.*?resets (?P<reset>[^.]+)",
+        "outage": r"\b5\d\d\b",
+        "auth": r"(?i)invalid api key",
+        "setup": r"(?i)unknown model",
+        "usage": r"(?P<input_tokens>[\d,]+) in(?: (?P<output_tokens>[\d,]+) out)?"
+        r"(?: \$(?P<cost_usd>\S+))?(?: (?P<model>\w+))?",
+    }
+)
 
 
 def test_every_shipped_parser_is_registered() -> None:
-    assert {"claude", "codex", "gemini", "aider", "demo", "none"} <= PARSER_NAMES
+    assert {"claude", "codex", "gemini", "aider", "opencode", "qwen", "copilot"} <= PARSER_NAMES
+    assert {"demo", "generic", "text", "none"} <= PARSER_NAMES
 
 
 def test_unknown_parser_name_is_a_key_error() -> None:
@@ -179,7 +195,7 @@ def test_any_bytes_parse_without_raising(
 ) -> None:
     path = tmp_path_factory.mktemp("t") / "t.log"
     path.write_bytes(data)
-    check(parse_transcript(parser, path, now=NOW))
+    check(parse_transcript(parser, path, now=NOW, patterns=PATTERNS))
 
 
 FRAGMENTS = st.sampled_from(
@@ -194,6 +210,11 @@ FRAGMENTS = st.sampled_from(
         "3:28 PM", "Feb 30, 2027 25:61", "13/45/2027", "(Not/AZone)",
         "Tokens: 1.2k sent, 9 received.", "Cost: $0.01 message, $99999999999999999999 session.",
         "\ud800", "\x00", "sk-abcdefghij",
+        '{"type":"error","error":{"name":"APIError","data":{"statusCode":', '"retry-after":"',
+        '{"type":"step_finish","part":{"tokens":{"input":', '{"type":"session.error","data":{',
+        '{"type":"model.call_failure","data":{"statusCode":', "[API Error: ",
+        "Retrying in 60s (attempt 1/10): ", 'level=ERROR message="stream error" error.error="',
+        "rate limit in ", "quota resets ", " in ", " out $", "1,234", "Mon, 32 Foo 2026",
     ]
 )  # fmt: skip
 
@@ -201,10 +222,8 @@ FRAGMENTS = st.sampled_from(
 @settings(max_examples=400, deadline=None)
 @given(parts=st.lists(FRAGMENTS, max_size=40), parser=st.sampled_from(sorted(PARSER_NAMES)))
 def test_hostile_fragments_parse_without_raising(parts: list[str], parser: str) -> None:
-    from agent_runner.parsers import _PARSERS
-
     tail = "".join(parts).encode("utf-8", "surrogatepass")
-    check(_PARSERS[parser](tail, now=NOW))
+    check(parse_tail(parser, tail, now=NOW, patterns=PATTERNS))
 
 
 def test_a_long_line_of_unclosed_braces_stays_cheap() -> None:
@@ -214,18 +233,20 @@ def test_a_long_line_of_unclosed_braces_stays_cheap() -> None:
     assert claude.parse(tail, now=NOW) == Findings()
 
 
-@pytest.mark.parametrize("name", ["claude", "codex", "gemini", "aider", "demo"])
+@pytest.mark.parametrize("name", preset_names())
 def test_presets_are_data_with_exactly_the_agent_keys(name: str) -> None:
     text = (resources.files("agent_runner") / "presets" / f"{name}.toml").read_text("utf-8")
     preset = tomllib.loads(text)
-    # The demo agent writes nothing of its own: only the real CLIs name state folders.
-    writable = {"writable"} if name != "demo" else set()
-    assert set(preset) == {"command", "prompt_delivery", "parser", "env", *writable}
+    # The demo agent writes nothing of its own: only the real CLIs name state folders; the
+    # generic preset names no CLI at all (the operator's command, the operator's folders).
+    writable = {"writable"} if name not in ("demo", "generic") else set()
+    command = {"command"} if name != "generic" else set()
+    assert set(preset) == {"prompt_delivery", "parser", "env", *command, *writable}
     for entry in preset.get("writable", []):
         # In the agent's HOME or a folder its variable names, never the HOME itself.
         assert entry.startswith(("~/", "$")) and entry not in ("~/", "~/."), entry
-    assert preset["command"]
-    assert all(isinstance(a, str) for a in preset["command"])
+    assert preset.get("command", ["generic"])
+    assert all(isinstance(a, str) for a in preset.get("command", []))
     assert preset["prompt_delivery"] in {"stdin", "argv"}
     assert preset["parser"] in PARSER_NAMES
     assert all(isinstance(v, str) for v in preset["env"].values())
@@ -249,6 +270,15 @@ def test_presets_ask_each_cli_for_the_output_its_parser_reads() -> None:
     assert aider["prompt_delivery"] == "argv"
     assert {"--yes-always", "--no-stream"} <= set(aider["command"])
     assert demo["command"] == ["python3", "-m", "agent_runner.demo_agent"]
+    opencode, qwen, copilot = map(load_preset, ["opencode", "qwen", "copilot"])
+    # opencode's JSON events, plus its error log lines: the only trace of a silent retry wait.
+    assert opencode["command"][:4] == ["opencode", "run", "--format", "json"]
+    assert opencode["command"][4:] == ["--print-logs", "--log-level", "ERROR"]
+    # stream-json prints qwen's retry notices as they happen; json only a final array.
+    assert qwen["command"][1:3] == ["--output-format", "stream-json"]
+    assert copilot["command"][1:3] == ["--output-format", "json"]
+    for preset in (opencode, qwen, copilot):
+        assert preset["prompt_delivery"] == "stdin"
 
 
 @pytest.mark.timeout(10)

@@ -102,6 +102,13 @@ def test_reset_forms_in_a_line(line: str, offset: float | None) -> None:
         ("502 Bad Gateway", "api_transient_5xx"),
         ("504 Gateway Timeout", "api_transient_5xx"),
         ("API Error: Request timed out.", "api_timeout"),
+        (
+            "Could not connect to local model provider at http://127.0.0.1:1/v1.",
+            "api_transient_5xx",
+        ),
+        ("Cannot connect to API: Unable to connect.", "api_transient_5xx"),
+        ("The server had an error while processing your request. Sorry!", "api_transient_5xx"),
+        ("Reconnect the cable and try the build again.", None),
         ("Approaching usage limit · resets at 12pm", None),
         ("You've used 90% of your weekly limit · resets Jan 19", None),
         ("Fixed the loop on line 429.", None),
@@ -142,7 +149,12 @@ def test_a_line_with_a_reset_beats_a_later_line_without_one() -> None:
 
 
 def test_log_in_prompts_are_auth_failures() -> None:
-    for line in ("Not logged in · Please run /login", "OAuth token has expired", "Error: 401"):
+    for line in (
+        "Not logged in · Please run /login",
+        "OAuth token has expired",
+        "Error: 401",
+        "Error: No authentication information found.",
+    ):
         assert scan_lines([line], now=NOW).auth_error == line
 
 
@@ -194,8 +206,15 @@ def test_after_a_clean_exit_the_text_fallback_reports_nothing() -> None:
     assert parse_transcript("text", name, now=NOW, exit_cause="error").transient is not None
 
 
-def test_a_cli_saying_the_model_does_not_exist_is_a_setup_error() -> None:
-    line = "ERROR: The model `gpt-9` does not exist or you do not have access to it."
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ERROR: The model `gpt-9` does not exist or you do not have access to it.",
+        "Error: Model 'gpt-9' not found on provider at http://127.0.0.1:1/v1 (HTTP 404).",
+        "Error: No auth type is selected. Please configure an auth type.",
+    ],
+)
+def test_a_cli_that_cannot_run_in_this_setup_is_a_setup_error(line: str) -> None:
     found = scan_lines([line], now=NOW)
     assert (found.transient, found.auth_error, found.setup_error) == (None, None, line)
 

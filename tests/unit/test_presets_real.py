@@ -8,9 +8,7 @@ import re
 import pytest
 
 from agent_runner.config import load_preset
-from tests.real_transcripts import REAL
-
-CLIS = ("claude", "codex", "gemini", "aider")
+from tests.real_transcripts import CLIS, REAL
 
 
 def recorded_help(cli: str) -> tuple[list[str], str]:

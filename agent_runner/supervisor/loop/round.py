@@ -202,7 +202,11 @@ class RoundRunner:
         if not reads_transcript(parser):
             return Findings(), None
         tail = read_transcript_tail(transcript)
-        return parse_tail(parser, tail, now=self.clock.now(), exit_cause=cause), tail
+        patterns = self.config.agent.patterns
+        findings = parse_tail(
+            parser, tail, now=self.clock.now(), exit_cause=cause, patterns=patterns
+        )
+        return findings, tail
 
     def _file_transcript(self, number: int, relay: TranscriptRelay) -> None:
         """Finish the transcript: every writer is gone now."""

@@ -1,0 +1,141 @@
+"""opencode `run --format json`: error events, step_finish usage, and its `stream error` log lines.
+
+A `step_finish` after the last `error` event means the round went through. An `error` event
+carries the provider's status, headers and body: the status and message classify it, and a
+`retry-after` header (or the message's own wording) gives the reset. While opencode waits out a
+retry it prints nothing on stdout; with `--print-logs` its stderr holds one
+`level=ERROR … message="stream error" … error.error="AI_APICallError: …"` line per failed
+request, and the last of those decides when the round was killed mid-wait.
+"""
+
+from __future__ import annotations
+
+import re
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from agent_runner.parsers import text
+from agent_runner.parsers.findings import Findings, Transient, Usage
+from agent_runner.parsers.jsonscan import as_dict, as_float, as_int, as_str, split_lines
+from agent_runner.parsers.signals import (
+    AUTH_STATUSES,
+    MAX_MESSAGE_CHARS,
+    classify_status,
+    looks_like_auth_failure,
+    looks_like_setup_error,
+    short_redacted,
+)
+
+# `key="value"` of opencode's logfmt lines; the error text is the last field.
+_STREAM_ERROR = re.compile(r'\blevel=ERROR\b.*\bmessage="stream error".*\berror\.error="(.*)"\s*$')
+# The title agent's request (`small=true`) is opencode's own side job, not the round's.
+_SMALL = re.compile(r"\bsmall=true\b")
+_AUTH_ERRORS = ("ProviderAuthError",)
+
+
+def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
+    """Findings in the tail of an `opencode run --format json` transcript.
+
+    `prose` off: only the JSON events count, never the log lines or the plain-text fallback.
+    """
+    lines = split_lines(tail.decode("utf-8", "replace"))
+    events = [obj for _, objects in lines for obj in objects if "type" in obj]
+    usage = _usage([e for e in events if e.get("type") == "step_finish"])
+    outcome: dict[str, Any] | None = None
+    for event in events:
+        if event.get("type") in ("step_finish", "error"):
+            outcome = event
+    if outcome is not None and outcome.get("type") == "step_finish":
+        return Findings(usage=usage)
+    if outcome is not None:
+        transient, auth, setup = _error(as_dict(outcome.get("error")), now)
+        return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+    if not prose:
+        return Findings(usage=usage)
+    logged = [
+        match[1]
+        for line, _ in lines
+        if (match := _STREAM_ERROR.search(line[:MAX_MESSAGE_CHARS])) and not _SMALL.search(line)
+    ]
+    if logged:
+        transient, auth, setup = _classify(logged[-1], None, "stream error", now)
+        return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+    plain = [line for line, objects in lines if not objects and line.strip()]
+    return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
+
+
+def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None, str | None]:
+    """`{"name":"APIError","data":{"message","statusCode","responseHeaders",…}}` and the others."""
+    name = as_str(error.get("name")) or "error"
+    data = as_dict(error.get("data"))
+    message = as_str(data.get("message"))
+    status = as_int(data.get("statusCode"))
+    if name in _AUTH_ERRORS:
+        return None, short_redacted(f"{name}: {message}"), None
+    found = _classify(message, status, name, now)
+    transient = found[0]
+    if transient is not None and transient.reset_at is None:
+        reset = _header_reset(as_dict(data.get("responseHeaders")), now)
+        if reset is not None:
+            transient = Transient(transient.classification, reset, transient.detail)
+    return transient, found[1], found[2]
+
+
+def _classify(
+    message: str, status: int | None, label: str, now: float
+) -> tuple[Transient | None, str | None, str | None]:
+    shown = f"{label} {status}" if status is not None else label
+    detail = short_redacted(f"{shown}: {message}")
+    if looks_like_setup_error(message):
+        return None, None, detail
+    if status in AUTH_STATUSES or looks_like_auth_failure(message):
+        return None, detail, None
+    classification = text.classify_line(message) or classify_status(status)
+    if classification is None:
+        return None, None, None
+    return Transient(classification, text.find_reset(message, now), detail), None, None
+
+
+def _header_reset(headers: dict[str, Any], now: float) -> float | None:
+    """The reset in `retry-after` (seconds or an HTTP date), as the provider sent it."""
+    value = as_str(headers.get("retry-after")).strip()
+    if not value:
+        return None
+    if value.replace(".", "", 1).isdigit():
+        return now + float(value)
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _usage(finished: list[dict[str, Any]]) -> Usage | None:
+    """Every step's tokens and cost, summed: one step is one model call of the round."""
+    if not finished:
+        return None
+    totals: dict[str, int | None] = dict.fromkeys(("input", "output", "read", "write"))
+    cost: float | None = None
+    for event in finished:
+        part = as_dict(event.get("part"))
+        tokens = as_dict(part.get("tokens"))
+        cache = as_dict(tokens.get("cache"))
+        for key, value in (
+            ("input", tokens.get("input")),
+            ("output", tokens.get("output")),
+            ("read", cache.get("read")),
+            ("write", cache.get("write")),
+        ):
+            number = as_int(value)
+            if number is not None:
+                totals[key] = (totals[key] or 0) + number
+        spent = as_float(part.get("cost"))
+        if spent is not None:
+            cost = (cost or 0.0) + spent
+    return Usage(
+        model=None,
+        input_tokens=totals["input"],
+        output_tokens=totals["output"],
+        cache_read_tokens=totals["read"],
+        cache_creation_tokens=totals["write"],
+        cost_usd=cost,
+    )
