@@ -9,18 +9,13 @@ information found." is an auth failure.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent_runner.parsers import text
 from agent_runner.parsers.findings import Findings, Transient, Usage
 from agent_runner.parsers.jsonscan import as_dict, as_int, as_str, split_lines
-from agent_runner.parsers.signals import (
-    AUTH_STATUSES,
-    classify_status,
-    looks_like_auth_failure,
-    looks_like_setup_error,
-    short_redacted,
-)
+from agent_runner.parsers.signals import looks_like_setup_error, short_redacted
 
 _AUTH_KINDS = frozenset({"authentication", "authorization"})
 _KINDS = {
@@ -58,54 +53,43 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     if result is not None and error is None and as_int(result.get("exitCode")) == 0:
         return Findings(usage=usage)
     if error is not None:
-        found = _session_error(error, now)
-    elif failure is not None:
-        found = _call_failure(failure, now)
-    elif prose:
-        plain = [line for line, objects in lines if not objects and line.strip()]
-        return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
-    else:
+        return replace(_session_error(error, now), usage=usage)
+    if failure is not None:
+        return replace(_call_failure(failure, now), usage=usage)
+    if not prose:
         return Findings(usage=usage)
-    transient, auth, setup = found
-    return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+    plain = [line for line, objects in lines if not objects and line.strip()]
+    return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
 
 
-def _session_error(
-    error: dict[str, Any], now: float
-) -> tuple[Transient | None, str | None, str | None]:
+def _session_error(error: dict[str, Any], now: float) -> Findings:
     """`{"errorType":"rate_limit","message":"Failed to get response …","statusCode":429}`."""
-    kind = as_str(error.get("errorType"))
+    kind = as_str(error.get("errorType")) or "error"
     message = as_str(error.get("message"))
     status = as_int(error.get("statusCode"))
-    label = f"session.error {kind or 'error'}" + (f" {status}" if status is not None else "")
-    detail = short_redacted(f"{label}: {message}")
-    if looks_like_setup_error(message):
-        return None, None, detail
-    if kind in _AUTH_KINDS or status in AUTH_STATUSES or looks_like_auth_failure(message):
-        return None, detail, None
-    classification = text.classify_line(message) or _KINDS.get(kind) or classify_status(status)
-    if classification is None:
-        return None, None, None
-    return Transient(classification, text.find_reset(message, now), detail), None, None
+    detail = _detail(f"session.error {kind}", status, message)
+    if kind in _AUTH_KINDS and not looks_like_setup_error(message):
+        return Findings(auth_error=detail)
+    found = text.classify_error(message, status, detail, now=now)
+    if found == Findings() and kind in _KINDS:
+        return Findings(transient=Transient(_KINDS[kind], None, detail))
+    return found
 
 
-def _call_failure(
-    failure: dict[str, Any], now: float
-) -> tuple[Transient | None, str | None, str | None]:
+def _call_failure(failure: dict[str, Any], now: float) -> Findings:
     """A request copilot is about to retry: the status and the provider's error body."""
     status = as_int(failure.get("statusCode"))
-    body = as_str(failure.get("errorMessage"))
     code = as_str(failure.get("errorCode"))
+    body = as_str(failure.get("errorMessage"))
     message = f"{code}: {body}" if code else body
-    label = "model.call_failure" + (f" {status}" if status is not None else "")
-    detail = short_redacted(f"{label}: {message}")
-    if looks_like_setup_error(message):
-        return None, None, detail
-    if status in AUTH_STATUSES or looks_like_auth_failure(message):
-        return None, detail, None
-    classification = text.classify_line(message) or classify_status(status)
-    if classification is None and status is None:
-        classification = "api_transient_5xx"  # no answer at all: refused, reset, timed out
-    if classification is None:
-        return None, None, None
-    return Transient(classification, text.find_reset(message, now), detail), None, None
+    detail = _detail("model.call_failure", status, message)
+    found = text.classify_error(message, status, detail, now=now)
+    if found == Findings() and status is None:
+        # No answer at all: refused, reset or timed out before any status.
+        return Findings(transient=Transient("api_transient_5xx", None, detail))
+    return found
+
+
+def _detail(label: str, status: int | None, message: str) -> str:
+    shown = f"{label} {status}" if status is not None else label
+    return short_redacted(f"{shown}: {message}")

@@ -11,20 +11,14 @@ request, and the last of those decides when the round was killed mid-wait.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from agent_runner.parsers import text
-from agent_runner.parsers.findings import Findings, Transient, Usage
+from agent_runner.parsers.findings import Findings, Usage
 from agent_runner.parsers.jsonscan import as_dict, as_float, as_int, as_str, split_lines
-from agent_runner.parsers.signals import (
-    AUTH_STATUSES,
-    MAX_MESSAGE_CHARS,
-    classify_status,
-    looks_like_auth_failure,
-    looks_like_setup_error,
-    short_redacted,
-)
+from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, short_redacted
 
 # `key="value"` of opencode's logfmt lines; the error text is the last field.
 _STREAM_ERROR = re.compile(r'\blevel=ERROR\b.*\bmessage="stream error".*\berror\.error="(.*)"\s*$')
@@ -48,8 +42,7 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
     if outcome is not None and outcome.get("type") == "step_finish":
         return Findings(usage=usage)
     if outcome is not None:
-        transient, auth, setup = _error(as_dict(outcome.get("error")), now)
-        return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+        return replace(_error(as_dict(outcome.get("error")), now), usage=usage)
     if not prose:
         return Findings(usage=usage)
     logged = [
@@ -58,42 +51,29 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
         if (match := _STREAM_ERROR.search(line[:MAX_MESSAGE_CHARS])) and not _SMALL.search(line)
     ]
     if logged:
-        transient, auth, setup = _classify(logged[-1], None, "stream error", now)
-        return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+        detail = short_redacted(f"stream error: {logged[-1]}")
+        return text.classify_error(logged[-1], None, detail, now=now)
     plain = [line for line, objects in lines if not objects and line.strip()]
     return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
 
 
-def _error(error: dict[str, Any], now: float) -> tuple[Transient | None, str | None, str | None]:
+def _error(error: dict[str, Any], now: float) -> Findings:
     """`{"name":"APIError","data":{"message","statusCode","responseHeaders",…}}` and the others."""
     name = as_str(error.get("name")) or "error"
     data = as_dict(error.get("data"))
     message = as_str(data.get("message"))
     status = as_int(data.get("statusCode"))
+    label = f"{name} {status}" if status is not None else name
+    detail = short_redacted(f"{label}: {message}")
     if name in _AUTH_ERRORS:
-        return None, short_redacted(f"{name}: {message}"), None
-    found = _classify(message, status, name, now)
-    transient = found[0]
+        return Findings(auth_error=detail)
+    found = text.classify_error(message, status, detail, now=now)
+    transient = found.transient
     if transient is not None and transient.reset_at is None:
         reset = _header_reset(as_dict(data.get("responseHeaders")), now)
         if reset is not None:
-            transient = Transient(transient.classification, reset, transient.detail)
-    return transient, found[1], found[2]
-
-
-def _classify(
-    message: str, status: int | None, label: str, now: float
-) -> tuple[Transient | None, str | None, str | None]:
-    shown = f"{label} {status}" if status is not None else label
-    detail = short_redacted(f"{shown}: {message}")
-    if looks_like_setup_error(message):
-        return None, None, detail
-    if status in AUTH_STATUSES or looks_like_auth_failure(message):
-        return None, detail, None
-    classification = text.classify_line(message) or classify_status(status)
-    if classification is None:
-        return None, None, None
-    return Transient(classification, text.find_reset(message, now), detail), None, None
+            return replace(found, transient=replace(transient, reset_at=reset))
+    return found
 
 
 def _header_reset(headers: dict[str, Any], now: float) -> float | None:

@@ -10,19 +10,13 @@ delay in it is qwen's own pacing, never a reset.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from agent_runner.parsers import text
-from agent_runner.parsers.findings import Findings, Transient, Usage
+from agent_runner.parsers.findings import Findings, Usage
 from agent_runner.parsers.jsonscan import as_dict, as_int, as_str, split_lines
-from agent_runner.parsers.signals import (
-    AUTH_STATUSES,
-    MAX_MESSAGE_CHARS,
-    classify_status,
-    looks_like_auth_failure,
-    looks_like_setup_error,
-    short_redacted,
-)
+from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, short_redacted
 
 _API_ERROR = re.compile(r"\[?API Error: (?:(\d{3})\b)?\s*(.*?)\]?\s*$", re.DOTALL)
 _RETRYING = re.compile(r"^Retrying in \d+s \(attempt \d+/\d+\): (.*)$")
@@ -50,15 +44,13 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
         message = as_str(as_dict(result.get("error")).get("message")) or as_str(
             result.get("result")
         )
-        transient, auth, setup = _classify(message, now)
-        return Findings(transient=transient, auth_error=auth, setup_error=setup, usage=usage)
+        return replace(_classify(message, now), usage=usage)
     if not prose:
         return Findings(usage=usage)
     plain = [line for line, objects in lines if not objects and line.strip()]
     retrying = [m[1] for line in plain if (m := _RETRYING.match(line[:MAX_MESSAGE_CHARS]))]
     if retrying:
-        transient, auth, setup = _classify(retrying[-1], now)
-        return Findings(transient=transient, auth_error=auth, setup_error=setup)
+        return _classify(retrying[-1], now)
     return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
 
 
@@ -66,20 +58,12 @@ def _failed(result: dict[str, Any]) -> bool:
     return result.get("is_error") is True or as_str(result.get("subtype")).startswith("error")
 
 
-def _classify(message: str, now: float) -> tuple[Transient | None, str | None, str | None]:
+def _classify(message: str, now: float) -> Findings:
     """An error message, "[API Error: 401 Incorrect API key …]" or qwen's own wording."""
     message = " ".join(message[:MAX_MESSAGE_CHARS].split())
     api = _API_ERROR.search(message)
     status = int(api[1]) if api and api[1] else None
-    detail = short_redacted(message or "result error")
-    if looks_like_setup_error(message):
-        return None, None, detail
-    if status in AUTH_STATUSES or looks_like_auth_failure(message):
-        return None, detail, None
-    classification = text.classify_line(message) or classify_status(status)
-    if classification is None:
-        return None, None, None
-    return Transient(classification, text.find_reset(message, now), detail), None, None
+    return text.classify_error(message, status, short_redacted(message or "result error"), now=now)
 
 
 def _usage(result: dict[str, Any], model: str | None) -> Usage:

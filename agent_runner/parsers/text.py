@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from agent_runner.parsers.findings import Findings, Transient, pick_transient
 from agent_runner.parsers.resets import parse_clock, parse_duration
 from agent_runner.parsers.signals import (
+    AUTH_STATUSES,
     MAX_MESSAGE_CHARS,
+    classify_status,
     looks_like_auth_failure,
     looks_like_setup_error,
     short_redacted,
@@ -140,6 +142,21 @@ def classify_line(line: str) -> str | None:
     if _SERVER.search(line):
         return "api_transient_5xx"
     return None
+
+
+def classify_error(message: str, status: int | None, detail: str, *, now: float) -> Findings:
+    """One API error a CLI reported, by its words and HTTP status: setup, auth, or a transient.
+
+    `detail` (already redacted) is what the finding carries; the reset is the message's own.
+    """
+    if looks_like_setup_error(message):
+        return Findings(setup_error=detail)
+    if status in AUTH_STATUSES or looks_like_auth_failure(message):
+        return Findings(auth_error=detail)
+    classification = classify_line(message) or classify_status(status)
+    if classification is None:
+        return Findings()
+    return Findings(transient=Transient(classification, find_reset(message, now), detail))
 
 
 def is_cli_message(line: str) -> bool:

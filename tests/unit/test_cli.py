@@ -70,7 +70,8 @@ def test_init_rejects_an_unknown_preset_with_exit_2_and_the_list(
 ) -> None:
     assert run(["init", "--preset", "cursor", "--config", str(tmp_path / "x.toml")]) == 2
     err = capsys.readouterr().err
-    assert "'cursor' is not one of 'aider', 'claude', 'codex', 'demo', 'gemini'" in err
+    known = ", ".join(f"'{name}'" for name in sorted(PRESETS))
+    assert f"'cursor' is not one of {known}" in err
     assert not (tmp_path / "x.toml").exists()
 
 
