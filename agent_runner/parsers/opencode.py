@@ -10,7 +10,6 @@ request, and the last of those decides when the round was killed mid-wait.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -20,10 +19,13 @@ from agent_runner.parsers.findings import Findings, Usage
 from agent_runner.parsers.jsonscan import as_dict, as_float, as_int, as_str, split_lines
 from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, short_redacted
 
-# `key="value"` of opencode's logfmt lines; the error text is the last field.
-_STREAM_ERROR = re.compile(r'\blevel=ERROR\b.*\bmessage="stream error".*\berror\.error="(.*)"\s*$')
+# opencode's logfmt lines: `key=value` fields, the error text last. Plain substring tests, so a
+# hostile line costs what its length does.
+_ERROR_LEVEL = " level=ERROR "
+_STREAM_ERROR = ' message="stream error" '
+_ERROR_FIELD = ' error.error="'
 # The title agent's request (`small=true`) is opencode's own side job, not the round's.
-_SMALL = re.compile(r"\bsmall=true\b")
+_SMALL = " small=true "
 _AUTH_ERRORS = ("ProviderAuthError",)
 
 
@@ -45,16 +47,21 @@ def parse(tail: bytes, *, now: float, prose: bool = True) -> Findings:
         return replace(_error(as_dict(outcome.get("error")), now), usage=usage)
     if not prose:
         return Findings(usage=usage)
-    logged = [
-        match[1]
-        for line, _ in lines
-        if (match := _STREAM_ERROR.search(line[:MAX_MESSAGE_CHARS])) and not _SMALL.search(line)
-    ]
+    logged = [error for line, _ in lines if (error := _stream_error(line[:MAX_MESSAGE_CHARS]))]
     if logged:
         detail = short_redacted(f"stream error: {logged[-1]}")
         return text.classify_error(logged[-1], None, detail, now=now)
     plain = [line for line, objects in lines if not objects and line.strip()]
     return text.scan_lines(plain[-text.WINDOW_LINES :], now=now)
+
+
+def _stream_error(line: str) -> str | None:
+    """The error text of a round's `stream error` log line, or None for any other line."""
+    if _ERROR_LEVEL not in line or _STREAM_ERROR not in line or _SMALL in line:
+        return None
+    start = line.rfind(_ERROR_FIELD)
+    value = line[start + len(_ERROR_FIELD) :].rstrip() if start >= 0 else ""
+    return value[:-1] if value.endswith('"') else None
 
 
 def _error(error: dict[str, Any], now: float) -> Findings:

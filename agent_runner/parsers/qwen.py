@@ -18,7 +18,7 @@ from agent_runner.parsers.findings import Findings, Usage
 from agent_runner.parsers.jsonscan import as_dict, as_int, as_str, split_lines
 from agent_runner.parsers.signals import MAX_MESSAGE_CHARS, short_redacted
 
-_API_ERROR = re.compile(r"\[?API Error: (?:(\d{3})\b)?\s*(.*?)\]?\s*$", re.DOTALL)
+_API_ERROR = re.compile(r"\bAPI Error: (\d{3})\b")
 _RETRYING = re.compile(r"^Retrying in \d+s \(attempt \d+/\d+\): (.*)$")
 
 
@@ -62,7 +62,7 @@ def _classify(message: str, now: float) -> Findings:
     """An error message, "[API Error: 401 Incorrect API key …]" or qwen's own wording."""
     message = " ".join(message[:MAX_MESSAGE_CHARS].split())
     api = _API_ERROR.search(message)
-    status = int(api[1]) if api and api[1] else None
+    status = int(api[1]) if api else None
     return text.classify_error(message, status, short_redacted(message or "result error"), now=now)
 
 
